@@ -1,0 +1,184 @@
+"""`AsyncMongoSaver`: the LangGraph checkpointer for asyncio clients.
+
+Accepts pymongo's native `AsyncMongoClient` (preferred) and Motor's
+`AsyncIOMotorClient` (past its end of life, still widely deployed). Every call is
+native asyncio I/O; nothing runs in a thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from pymongo import AsyncMongoClient
+
+from mongo_saver.base import BaseMongoSaver
+from mongo_saver.errors import MongoSaverError
+from mongo_saver.runners import AsyncRunner
+
+T = TypeVar("T")
+
+
+class AsyncMongoSaver(BaseMongoSaver):
+    """Stores LangGraph checkpoints in MongoDB through an asyncio client.
+
+    The constructor does no I/O; `await setup()` once per deploy creates the indexes.
+    The blocking methods work from other threads while the saver's event loop runs
+    (as LangGraph's sync API does when it is handed an async saver), never from the
+    loop itself.
+    """
+
+    def __init__(self, client: Any, db_name: str = "langgraph", **options: Any):
+        super().__init__(client, db_name, **options)
+        self._runner = AsyncRunner(self.database)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, uri: str, db_name: str = "langgraph", **options: Any
+    ) -> AsyncIterator[AsyncMongoSaver]:
+        """Open an `AsyncMongoClient` on `uri`, yield a saver owning it, close it after."""
+        client: AsyncMongoClient[Any] = AsyncMongoClient(uri)
+        saver = cls(client, db_name, **options)
+        saver._owns_client = True
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            result = self.client.close()
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        self._loop = asyncio.get_running_loop()
+        return await coro
+
+    async def setup(self) -> None:
+        await self._run(self._runner.run(self.core.setup()))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._run(self._runner.run(self.core.get_tuple(config)))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        self._loop = asyncio.get_running_loop()
+        plan = self.core.list(config, filter=filter, before=before, limit=limit)
+        async for item in self._runner.stream(plan):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        plan = self.core.put(config, checkpoint, metadata, new_versions)
+        return await self._run(self._runner.run(plan))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        plan = self.core.put_writes(config, writes, task_id, task_path)
+        await self._run(self._runner.run(plan))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(self._runner.run(self.core.delete_thread(thread_id)))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._run(self._runner.run(self.core.delete_for_runs(run_ids)))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        plan = self.core.copy_thread(source_thread_id, target_thread_id)
+        await self._run(self._runner.run(plan))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._run(self._runner.run(self.core.prune(thread_ids, strategy)))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._run(self._runner.run(self.core.delta_history(config, channels)))
+
+    # --- the blocking API, bridged onto the saver's event loop ---------------------------
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop or loop.is_closed():
+            coro.close()
+            raise MongoSaverError(
+                "AsyncMongoSaver's blocking methods only work from another thread while its "
+                "event loop runs; use the async methods (ainvoke, astream, aget_state)"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._bridge(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before,
+                                                limit=limit)]
+
+        yield from self._bridge(collect())
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._bridge(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._bridge(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._bridge(self.adelete_thread(thread_id))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._bridge(self.aget_delta_channel_history(config=config, channels=channels))

@@ -1,0 +1,585 @@
+"""The saver's logic, once, as plans of database operations (see `mongo_saver.ops`).
+
+`SaverCore` holds configuration and the value cache; each public method returns a plan
+that `MongoSaver` or `AsyncMongoSaver` runs. Every query on the hot path (put, put_writes,
+get_tuple, list with a config, delta history) is targeted by `thread_id`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.operations import InsertOne, ReplaceOne, UpdateOne
+
+from mongo_saver import documents as docs_
+from mongo_saver.documents import blob_key, require_id
+from mongo_saver.errors import CorruptDocumentError, InvalidInputError
+from mongo_saver.history import AncestorWalk
+from mongo_saver.ops import (
+    Aggregate,
+    BulkWrite,
+    CreateIndexes,
+    DeleteMany,
+    Document,
+    Emit,
+    Find,
+    NextBatch,
+    OpenCursor,
+    Plan,
+    UpdateOne_,
+)
+from mongo_saver.removal import RemovalPlan, plan_removal
+from mongo_saver.upgrade import DocumentUpgrader
+from mongo_saver.values import (
+    ChannelState,
+    MissingBlobs,
+    StateCache,
+    plan_values,
+    resolve_values,
+)
+
+logger = logging.getLogger("mongo_saver")
+
+STREAM_BATCH = 500
+_MAX_RESOLVE_ROUNDS = 4
+_IN_CHUNK = 400  # keep `$in` lists small enough for every server we test on
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+
+def target_of(config: RunnableConfig | None, *, need_thread: bool = True) -> Target:
+    """Validate the `configurable` part of a config before any I/O."""
+    configurable = (config or {}).get("configurable") or {}
+    if "thread_id" not in configurable:
+        raise InvalidInputError(
+            "config['configurable']['thread_id'] is required by the MongoDB checkpointer"
+        )
+    thread_id = require_id("thread_id", configurable["thread_id"])
+    checkpoint_ns = require_id(
+        "checkpoint_ns", configurable.get("checkpoint_ns", ""), allow_empty=True
+    )
+    checkpoint_id = configurable.get("checkpoint_id")
+    if checkpoint_id is not None:
+        require_id("checkpoint_id", checkpoint_id)
+    return Target(thread_id, checkpoint_ns, checkpoint_id)
+
+
+def next_version(current: str | int | float | None) -> str:
+    """A version that sorts after `current` and never collides with a racing run's."""
+    if current is None:
+        number = 0
+    elif isinstance(current, (int, float)):
+        number = int(current)
+    else:
+        number = int(current.split(".")[0])
+    return f"{number + 1:032}.{random.random():016}"
+
+
+def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)] or [[]]
+
+
+class SaverCore:
+    """Configuration, cache and plans shared by the sync and async savers."""
+
+    def __init__(
+        self,
+        serde: SerializerProtocol,
+        *,
+        checkpoint_collection: str,
+        writes_collection: str,
+        upgrader: DocumentUpgrader,
+        full_copy_every: int,
+        cache_size: int,
+        size_warning_bytes: int,
+    ) -> None:
+        self.serde = serde
+        self.checkpoints = checkpoint_collection
+        self.writes = writes_collection
+        self.upgrader = upgrader
+        self.full_copy_every = full_copy_every
+        self.cache = StateCache(cache_size)
+        self.size_warning_bytes = size_warning_bytes
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def setup(self) -> Plan[None]:
+        """Create every index; idempotent, and safe when many processes run it at once."""
+        yield CreateIndexes(
+            self.checkpoints,
+            [
+                IndexModel(
+                    [("thread_id", ASCENDING), ("checkpoint_ns", ASCENDING),
+                     ("checkpoint_id", DESCENDING)],
+                    name="thread_ns_checkpoint",
+                    unique=True,
+                ),
+                IndexModel([("values.k", ASCENDING)], name="value_keys"),
+                IndexModel([("metadata.run_id", ASCENDING)], name="run_id", sparse=True),
+            ],
+        )
+        yield CreateIndexes(
+            self.writes,
+            [
+                IndexModel(
+                    [(f, ASCENDING) for f in docs_.WRITE_IDENTITY],
+                    name="write_identity",
+                    unique=True,
+                )
+            ],
+        )
+
+    # --- writing -------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Plan[RunnableConfig]:
+        target = target_of(config)
+        checkpoint_id = require_id("checkpoint id", checkpoint.get("id"))
+        parent_state = (
+            self.cache.get((target.thread_id, target.checkpoint_ns, target.checkpoint_id))
+            if target.checkpoint_id
+            else None
+        )
+        entries, blob_keys, state = plan_values(
+            self.serde,
+            thread_id=target.thread_id,
+            channel_values=checkpoint.get("channel_values", {}),
+            channel_versions=checkpoint["channel_versions"],
+            new_versions=new_versions,
+            parent=parent_state,
+            full_copy_every=self.full_copy_every,
+        )
+        identity = {
+            "thread_id": target.thread_id,
+            "checkpoint_ns": target.checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+        doc: Document = {
+            **identity,
+            "parent_checkpoint_id": target.checkpoint_id,
+            "format": docs_.FORMAT_VERSION,
+            "schema_version": self.upgrader.current_schema_version,
+            "created_at": docs_.utcnow(),
+            "checkpoint": docs_.checkpoint_header(self.serde, checkpoint),
+            "metadata": docs_.metadata_to_bson(
+                self.serde, get_serializable_checkpoint_metadata(config, metadata)
+            ),
+            "values": entries,
+            "blob_keys": blob_keys,
+        }
+        doc["size"] = len(bson.encode(doc))
+        self._warn_if_large(doc)
+        yield BulkWrite(self.checkpoints, [ReplaceOne(identity, doc, upsert=True)])
+        self.cache.put((target.thread_id, target.checkpoint_ns, checkpoint_id), state)
+        return {
+            "configurable": {
+                "thread_id": target.thread_id,
+                "checkpoint_ns": target.checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _warn_if_large(self, doc: Document) -> None:
+        if doc["size"] < self.size_warning_bytes:
+            return
+        largest = sorted(
+            ((len(e.get("d", b"")), e["c"]) for e in doc["values"]), reverse=True
+        )[:3]
+        logger.warning(
+            "checkpoint %s of thread %r stores %d bytes (threshold %d); largest channels: %s",
+            doc["checkpoint_id"],
+            doc["thread_id"],
+            doc["size"],
+            self.size_warning_bytes,
+            ", ".join(f"{name} ({size} B)" for size, name in largest),
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> Plan[None]:
+        target = target_of(config)
+        if target.checkpoint_id is None:
+            raise InvalidInputError("put_writes needs config['configurable']['checkpoint_id']")
+        documents = docs_.write_documents(
+            self.serde,
+            thread_id=target.thread_id,
+            checkpoint_ns=target.checkpoint_ns,
+            checkpoint_id=target.checkpoint_id,
+            task_id=task_id,
+            task_path=task_path,
+            writes=writes,
+            schema_version=self.upgrader.current_schema_version,
+        )
+        if not documents:
+            return
+        requests = []
+        for doc in documents:
+            identity = {f: doc[f] for f in docs_.WRITE_IDENTITY}
+            # Special channels overwrite their slot; ordinary writes keep the first value.
+            update = {"$set": doc} if doc["idx"] < 0 else {"$setOnInsert": doc}
+            requests.append(UpdateOne(identity, update, upsert=True))
+        yield BulkWrite(self.writes, requests, ignore_duplicates=True)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _blob_lookup(self) -> Document:
+        """`$lookup` stage fetching, per checkpoint, the value entries its state needs."""
+        return {
+            "$lookup": {
+                "from": self.checkpoints,
+                "localField": "blob_keys",
+                "foreignField": "values.k",
+                "let": {"t": "$thread_id", "ns": "$checkpoint_ns", "keys": "$blob_keys"},
+                "pipeline": [
+                    {"$match": {"$expr": {"$and": [
+                        {"$eq": ["$thread_id", "$$t"]},
+                        {"$eq": ["$checkpoint_ns", "$$ns"]},
+                    ]}}},
+                    # Newest last, so that if a version was stored twice the latest wins.
+                    {"$sort": {"checkpoint_id": 1}},
+                    {"$project": {"_id": 0, "values": {"$filter": {
+                        "input": "$values", "cond": {"$in": ["$$this.k", "$$keys"]},
+                    }}}},
+                ],
+                "as": "blob_docs",
+            }
+        }
+
+    def _writes_lookup(self) -> Document:
+        return {
+            "$lookup": {
+                "from": self.writes,
+                "localField": "checkpoint_id",
+                "foreignField": "checkpoint_id",
+                "let": {"t": "$thread_id", "ns": "$checkpoint_ns"},
+                "pipeline": [
+                    {"$match": {"$expr": {"$and": [
+                        {"$eq": ["$thread_id", "$$t"]},
+                        {"$eq": ["$checkpoint_ns", "$$ns"]},
+                    ]}}},
+                    {"$sort": {"task_path": 1, "task_id": 1, "idx": 1}},
+                    {"$project": {"_id": 0, "task_id": 1, "channel": 1, "value": 1,
+                                  "task_path": 1, "idx": 1, "format": 1,
+                                  "schema_version": 1}},
+                ],
+                "as": "pending",
+            }
+        }
+
+    def read_pipeline(self, match: Mapping[str, Any], limit: int | None) -> list[Document]:
+        """One aggregation returning checkpoints newest first, with values and writes."""
+        pipeline: list[Document] = [{"$match": dict(match)}, {"$sort": {"checkpoint_id": -1}}]
+        if limit is not None:
+            pipeline.append({"$limit": limit})
+        pipeline += [self._blob_lookup(), self._writes_lookup(), {"$project": {"values": 0}}]
+        return pipeline
+
+    def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        target = target_of(config)
+        match: Document = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        if target.checkpoint_id is not None:
+            match["checkpoint_id"] = target.checkpoint_id
+        found = yield Aggregate(self.checkpoints, self.read_pipeline(match, 1))
+        if not found:
+            return None
+        return (yield from self.tuple_from_document(found[0]))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Plan[None]:
+        match: Document = {}
+        if config is not None:
+            configurable = config.get("configurable") or {}
+            if "thread_id" in configurable:
+                target = target_of(config)
+                match["thread_id"] = target.thread_id
+                if "checkpoint_ns" in configurable:
+                    match["checkpoint_ns"] = target.checkpoint_ns
+                if target.checkpoint_id is not None:
+                    match["checkpoint_id"] = target.checkpoint_id
+        if before is not None:
+            before_id = get_checkpoint_id(before)
+            if before_id is not None:
+                bound = {"$lt": require_id("before checkpoint_id", before_id)}
+                match["checkpoint_id"] = (
+                    {"$eq": match["checkpoint_id"], **bound}
+                    if "checkpoint_id" in match
+                    else bound
+                )
+        if filter:
+            match.update(docs_.metadata_filter(self.serde, filter))
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                raise InvalidInputError(f"limit must be an int, got {limit!r}")
+            if limit <= 0:
+                return
+        batch = min(limit or STREAM_BATCH, STREAM_BATCH)
+        cursor = yield OpenCursor(Aggregate(self.checkpoints, self.read_pipeline(match, limit)),
+                                  batch)
+        while found := (yield NextBatch(cursor, batch)):
+            for doc in found:
+                yield Emit((yield from self.tuple_from_document(doc)))
+
+    def tuple_from_document(self, doc: Document) -> Plan[CheckpointTuple]:
+        """Decode one aggregated checkpoint, upgrading it first when it is old."""
+        doc = yield from self.upgrader.upgrade(self, doc)
+        entries = {e["k"]: e for found in doc.get("blob_docs", []) for e in found["values"]}
+        values, state = yield from self._resolve(doc, entries)
+        thread_id, checkpoint_ns = doc["thread_id"], doc["checkpoint_ns"]
+        checkpoint_id = doc["checkpoint_id"]
+        self.cache.put((thread_id, checkpoint_ns, checkpoint_id), state)
+        parent_id = doc.get("parent_checkpoint_id")
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                                     "checkpoint_id": checkpoint_id}},
+            checkpoint=docs_.checkpoint_from_header(
+                self.serde, doc["checkpoint"], checkpoint_id, values
+            ),
+            metadata=docs_.metadata_from_bson(self.serde, doc.get("metadata", {})),
+            parent_config=(
+                {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                                  "checkpoint_id": parent_id}}
+                if parent_id
+                else None
+            ),
+            pending_writes=[
+                docs_.write_from_document(self.serde, w) for w in doc.get("pending", [])
+            ],
+        )
+
+    def _resolve(
+        self, doc: Document, entries: dict[str, Document]
+    ) -> Plan[tuple[dict[str, Any], ChannelState]]:
+        """Rebuild channel values, fetching chains this document could not name itself."""
+        versions = docs_.channel_versions_of(doc)
+        absent: set[str] = set()
+        for _ in range(_MAX_RESOLVE_ROUNDS):
+            try:
+                return resolve_values(self.serde, versions, entries, absent)
+            except MissingBlobs as missing:
+                fetched = yield Aggregate(
+                    self.checkpoints,
+                    [
+                        {"$match": {"thread_id": doc["thread_id"],
+                                    "checkpoint_ns": doc["checkpoint_ns"],
+                                    "values.k": {"$in": sorted(missing.keys)}}},
+                        {"$project": {"thread_id": 1, "checkpoint_ns": 1, "blob_keys": 1}},
+                        self._blob_lookup(),
+                    ],
+                )
+                for found in fetched:
+                    for holder in found["blob_docs"]:
+                        entries.update((e["k"], e) for e in holder["values"])
+                absent |= missing.keys - entries.keys()
+        raise CorruptDocumentError(
+            f"checkpoint {doc['checkpoint_id']} of thread {doc['thread_id']!r}: "
+            "stored values form a chain that does not resolve"
+        )
+
+    # --- delta channel history --------------------------------------------------------
+
+    def delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[dict[str, DeltaChannelHistory]]:
+        """Per-channel writes and seed along the parent chain, in two queries at any depth.
+
+        The first query streams the thread's checkpoint skeletons newest first and walks
+        the parent chain in memory, stopping as soon as every channel found its seed; the
+        second fetches the on-path writes and the seed values together.
+        """
+        if not channels:
+            return {}
+        target = target_of(config)
+        scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        id_bound: Document = {"$lte": target.checkpoint_id} if target.checkpoint_id else {}
+        query = Find(
+            self.checkpoints,
+            {**scope, **({"checkpoint_id": id_bound} if id_bound else {})},
+            projection={"_id": 0, "checkpoint_id": 1, "parent_checkpoint_id": 1,
+                        "checkpoint.channel_versions": 1, "values.k": 1, "values.kind": 1},
+            sort=[("checkpoint_id", DESCENDING)],
+        )
+        walk = AncestorWalk(channels, target.checkpoint_id)
+        cursor = yield OpenCursor(query, STREAM_BATCH * 4)
+        while not walk.done and (found := (yield NextBatch(cursor, STREAM_BATCH * 4))):
+            for doc in found:
+                walk.visit(doc)
+                if walk.done:
+                    break
+        if not walk.path:
+            return {ch: {"writes": []} for ch in channels}
+        wanted_keys = sorted({*walk.seed_keys.values(), *walk.pending_keys()})
+        pipeline: list[Document] = [
+            {"$match": {**scope, "checkpoint_id": {"$in": walk.path_ids()},
+                        "channel": {"$in": list(channels)}}},
+            {"$sort": {"checkpoint_id": 1, "task_path": 1, "task_id": 1, "idx": 1}},
+        ]
+        if wanted_keys:
+            pipeline.append({"$unionWith": {"coll": self.checkpoints, "pipeline": [
+                {"$match": {**scope, "values.k": {"$in": wanted_keys}}},
+                {"$project": {"thread_id": 1, "checkpoint_ns": 1, "blob_keys": 1,
+                              "_holder": {"$literal": True}}},
+                self._blob_lookup(),
+            ]}})
+        found = yield Aggregate(self.writes, pipeline)
+        writes = [d for d in found if "_holder" not in d]
+        entries = {e["k"]: e for d in found if "_holder" in d
+                   for holder in d["blob_docs"] for e in holder["values"]}
+        walk.finish({k: e.get("kind", "full") for k, e in entries.items()})
+        seeds: dict[str, Any] = {}
+        if walk.seed_keys:
+            seed_doc = {**scope, "checkpoint_id": target.checkpoint_id or "(latest)",
+                        "checkpoint": {"channel_versions": docs_.escape_keys(
+                            {ch: walk.seed_versions[ch] for ch in walk.seed_keys}, "channel")}}
+            seeds, _ = yield from self._resolve(seed_doc, entries)
+        return walk.result(writes, seeds, self.serde)
+
+    # --- deleting and copying ---------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> Plan[None]:
+        require_id("thread_id", thread_id)
+        self.cache.discard_thread(thread_id)
+        yield DeleteMany(self.checkpoints, {"thread_id": thread_id})
+        yield DeleteMany(self.writes, {"thread_id": thread_id})
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
+        """Copy every checkpoint and write (the whole parent chain), idempotently."""
+        require_id("source thread_id", source_thread_id)
+        require_id("target thread_id", target_thread_id)
+        for collection, identity in (
+            (self.checkpoints, ("thread_id", "checkpoint_ns", "checkpoint_id")),
+            (self.writes, docs_.WRITE_IDENTITY),
+        ):
+            cursor = yield OpenCursor(
+                Find(collection, {"thread_id": source_thread_id}, projection={"_id": 0}),
+                STREAM_BATCH,
+            )
+            while found := (yield NextBatch(cursor, STREAM_BATCH)):
+                requests = []
+                for doc in found:
+                    doc["thread_id"] = target_thread_id
+                    key = {f: doc[f] for f in identity}
+                    requests.append(ReplaceOne(key, doc, upsert=True))
+                yield BulkWrite(collection, requests)
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(f"unknown prune strategy {strategy!r}")
+        for thread_id in thread_ids:
+            require_id("thread_id", thread_id)
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                yield from self.delete_thread(thread_id)
+                continue
+            skeletons = yield from self._skeletons({"thread_id": thread_id})
+            keep: set[tuple[str, str]] = set()
+            latest: dict[str, str] = {}
+            for doc in skeletons:
+                ns = doc["checkpoint_ns"]
+                latest[ns] = max(latest.get(ns, ""), doc["checkpoint_id"])
+            keep = {(ns, cid) for ns, cid in latest.items()}
+            yield from self._apply_removal(plan_removal(skeletons, keep))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        """Delete the checkpoints of these runs, keeping what surviving ones still need."""
+        run_list = [require_id("run_id", r) for r in run_ids]
+        if not run_list:
+            return
+        doomed = yield Find(
+            self.checkpoints,
+            {"metadata.run_id": {"$in": run_list}},
+            projection={"_id": 0, "thread_id": 1},
+        )
+        for thread_id in sorted({d["thread_id"] for d in doomed}):
+            skeletons = yield from self._skeletons({"thread_id": thread_id})
+            keep = {
+                (d["checkpoint_ns"], d["checkpoint_id"])
+                for d in skeletons
+                if d.get("metadata", {}).get("run_id") not in run_list
+            }
+            yield from self._apply_removal(plan_removal(skeletons, keep))
+
+    def _skeletons(self, match: Document) -> Plan[list[Document]]:
+        cursor = yield OpenCursor(
+            Find(
+                self.checkpoints,
+                match,
+                projection={"_id": 1, "thread_id": 1, "checkpoint_ns": 1, "checkpoint_id": 1,
+                            "parent_checkpoint_id": 1, "checkpoint.channel_versions": 1,
+                            "blob_keys": 1, "values.k": 1, "values.kind": 1,
+                            "values.prev": 1, "metadata.run_id": 1},
+            ),
+            STREAM_BATCH * 4,
+        )
+        skeletons: list[Document] = []
+        while found := (yield NextBatch(cursor, STREAM_BATCH * 4)):
+            skeletons.extend(found)
+        return skeletons
+
+    def _apply_removal(self, plan: RemovalPlan) -> Plan[None]:
+        """Move still-needed value entries to a survivor, then delete; safe to re-run."""
+        for (thread_id, ns), (survivor_id, keys) in plan.moves.items():
+            holders = yield Aggregate(
+                self.checkpoints,
+                [
+                    {"$match": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                "values.k": {"$in": sorted(keys)}}},
+                    {"$project": {"_id": 0, "values": {"$filter": {
+                        "input": "$values", "cond": {"$in": ["$$this.k", sorted(keys)]}}}}},
+                ],
+            )
+            moved = {e["k"]: e for h in holders for e in h["values"]}
+            if moved:
+                yield UpdateOne_(
+                    self.checkpoints,
+                    {"_id": survivor_id},
+                    {"$push": {"values": {"$each": list(moved.values())}}},
+                )
+        for (thread_id, ns), checkpoint_ids in plan.deletions.items():
+            for chunk in _chunks(sorted(checkpoint_ids)):
+                scope = {"thread_id": thread_id, "checkpoint_ns": ns,
+                         "checkpoint_id": {"$in": list(chunk)}}
+                yield DeleteMany(self.checkpoints, scope)
+                yield DeleteMany(self.writes, scope)
+            self.cache.discard_thread(thread_id)
+
+    # --- eager maintenance helpers --------------------------------------------------
+
+    def insert_documents(self, collection: str, documents: Sequence[Document]) -> Plan[None]:
+        yield BulkWrite(collection, [InsertOne(d) for d in documents])
