@@ -72,3 +72,57 @@ def sync_client(mongodb_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
 
 
 # --- saver fixtures below ---
+
+SAVER_KINDS = ("sync", "pymongo-async", "motor")
+
+
+@pytest.fixture
+def make_sync_saver(mongodb_uri: str, db_name: str) -> Iterator[Any]:
+    """Factory of `MongoSaver`s on one fresh database; each owns a client closed at the end."""
+    from mongo_saver import MongoSaver
+
+    clients: list[MongoClient[Any]] = []
+
+    def make(**options: Any) -> MongoSaver:
+        client: MongoClient[Any] = MongoClient(mongodb_uri)
+        clients.append(client)
+        saver = MongoSaver(client, db_name=db_name, **options)
+        saver.setup()
+        return saver
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def saver(make_sync_saver: Any) -> Any:
+    return make_sync_saver()
+
+
+def async_client_for(kind: str, uri: str) -> Any:
+    """pymongo's native async client, or Motor's, on `uri`."""
+    if kind == "motor":
+        from motor.motor_asyncio import AsyncIOMotorClient
+
+        return AsyncIOMotorClient(uri)
+    from pymongo import AsyncMongoClient
+
+    return AsyncMongoClient(uri)
+
+
+async def close_async_client(client: Any) -> None:
+    result = client.close()
+    if hasattr(result, "__await__"):
+        await result
+
+
+@pytest.fixture(params=["pymongo-async", "motor"])
+async def async_saver(request: pytest.FixtureRequest, mongodb_uri: str, db_name: str) -> Any:
+    from mongo_saver import AsyncMongoSaver
+
+    client = async_client_for(request.param, mongodb_uri)
+    saver = AsyncMongoSaver(client, db_name=db_name)
+    await saver.setup()
+    yield saver
+    await close_async_client(client)
