@@ -8,6 +8,7 @@ native asyncio I/O; nothing runs in a thread pool.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -24,6 +25,9 @@ from pymongo import AsyncMongoClient
 
 from mongo_saver.base import BaseMongoSaver
 from mongo_saver.errors import MongoSaverError
+from mongo_saver.expiry import ExpiryReport, expire_idle_threads, operations_indexes
+from mongo_saver.integrity import DEFAULT_REPAIR_GRACE, IntegrityReport, check_integrity
+from mongo_saver.lease import DEFAULT_TTL, AsyncLease
 from mongo_saver.runners import AsyncRunner
 
 T = TypeVar("T")
@@ -69,6 +73,7 @@ class AsyncMongoSaver(BaseMongoSaver):
 
     async def setup(self) -> None:
         await self._run(self._runner.run(self.core.setup()))
+        await self._runner.run(operations_indexes(self.core))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._run(self._runner.run(self.core.get_tuple(config)))
@@ -82,7 +87,7 @@ class AsyncMongoSaver(BaseMongoSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         self._loop = asyncio.get_running_loop()
-        plan = self.core.list(config, filter=filter, before=before, limit=limit)
+        plan = self.core.list_checkpoints(config, filter=filter, before=before, limit=limit)
         async for item in self._runner.stream(plan):
             yield item
 
@@ -93,6 +98,7 @@ class AsyncMongoSaver(BaseMongoSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        self._guard_write(config)
         plan = self.core.put(config, checkpoint, metadata, new_versions)
         return await self._run(self._runner.run(plan))
 
@@ -103,6 +109,7 @@ class AsyncMongoSaver(BaseMongoSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        self._guard_write(config)
         plan = self.core.put_writes(config, writes, task_id, task_path)
         await self._run(self._runner.run(plan))
 
@@ -123,6 +130,37 @@ class AsyncMongoSaver(BaseMongoSaver):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._run(self._runner.run(self.core.delta_history(config, channels)))
+
+    # --- operations ---------------------------------------------------------------------
+
+    def lease(
+        self, thread_id: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> AsyncLease:
+        """A per-thread lease: `async with saver.lease(thread_id): await graph.ainvoke(...)`.
+
+        See `MongoSaver.lease`; renewal runs as a task on the current event loop.
+        """
+        return AsyncLease(self._lease_state(thread_id, ttl, timeout), self._leases,
+                          self._runner)
+
+    async def check_integrity(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        repair: bool = False,
+        *,
+        repair_grace: dt.timedelta = DEFAULT_REPAIR_GRACE,
+    ) -> IntegrityReport:
+        """See `MongoSaver.check_integrity`."""
+        plan = check_integrity(self.core, thread_ids, repair=repair, repair_grace=repair_grace)
+        return await self._run(self._runner.run(plan))
+
+    async def expire_idle_threads(
+        self, idle: dt.timedelta, *, dry_run: bool = False, limit: int | None = None
+    ) -> ExpiryReport:
+        """See `MongoSaver.expire_idle_threads`."""
+        plan = expire_idle_threads(self.core, self.lease_collection, idle, dry_run=dry_run,
+                                   limit=limit)
+        return await self._run(self._runner.run(plan))
 
     # --- the blocking API, bridged onto the saver's event loop ---------------------------
 

@@ -29,7 +29,7 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.operations import InsertOne, ReplaceOne, UpdateOne
 
 from mongo_saver import documents as docs_
-from mongo_saver.documents import blob_key, require_id
+from mongo_saver.documents import require_id
 from mongo_saver.errors import CorruptDocumentError, InvalidInputError
 from mongo_saver.history import AncestorWalk
 from mongo_saver.ops import (
@@ -45,7 +45,7 @@ from mongo_saver.ops import (
     Plan,
     UpdateOne_,
 )
-from mongo_saver.removal import RemovalPlan, plan_removal
+from mongo_saver.removal import DELTA_COUNTERS, RemovalPlan, plan_removal
 from mongo_saver.upgrade import DocumentUpgrader
 from mongo_saver.values import (
     ChannelState,
@@ -276,6 +276,19 @@ class SaverCore:
             }
         }
 
+    def _holders_pipeline(self, scope: Mapping[str, str], keys: list[str]) -> list[Document]:
+        """Value entries for `keys`, with every entry their append chains need.
+
+        A holder's own `blob_keys` name its chains; entries moved into it by `prune` are
+        reached through `keys` themselves.
+        """
+        return [
+            {"$match": {**scope, "values.k": {"$in": keys}}},
+            {"$project": {"thread_id": 1, "checkpoint_ns": 1,
+                          "blob_keys": {"$setUnion": ["$blob_keys", {"$literal": keys}]}}},
+            self._blob_lookup(),
+        ]
+
     def _writes_lookup(self) -> Document:
         return {
             "$lookup": {
@@ -315,7 +328,7 @@ class SaverCore:
             return None
         return (yield from self.tuple_from_document(found[0]))
 
-    def list(
+    def list_checkpoints(
         self,
         config: RunnableConfig | None,
         *,
@@ -393,15 +406,9 @@ class SaverCore:
             try:
                 return resolve_values(self.serde, versions, entries, absent)
             except MissingBlobs as missing:
+                scope = {"thread_id": doc["thread_id"], "checkpoint_ns": doc["checkpoint_ns"]}
                 fetched = yield Aggregate(
-                    self.checkpoints,
-                    [
-                        {"$match": {"thread_id": doc["thread_id"],
-                                    "checkpoint_ns": doc["checkpoint_ns"],
-                                    "values.k": {"$in": sorted(missing.keys)}}},
-                        {"$project": {"thread_id": 1, "checkpoint_ns": 1, "blob_keys": 1}},
-                        self._blob_lookup(),
-                    ],
+                    self.checkpoints, self._holders_pipeline(scope, sorted(missing.keys))
                 )
                 for found in fetched:
                     for holder in found["blob_docs"]:
@@ -451,15 +458,13 @@ class SaverCore:
             {"$sort": {"checkpoint_id": 1, "task_path": 1, "task_id": 1, "idx": 1}},
         ]
         if wanted_keys:
-            pipeline.append({"$unionWith": {"coll": self.checkpoints, "pipeline": [
-                {"$match": {**scope, "values.k": {"$in": wanted_keys}}},
-                {"$project": {"thread_id": 1, "checkpoint_ns": 1, "blob_keys": 1,
-                              "_holder": {"$literal": True}}},
-                self._blob_lookup(),
-            ]}})
+            pipeline.append({"$unionWith": {
+                "coll": self.checkpoints,
+                "pipeline": self._holders_pipeline(scope, wanted_keys),
+            }})
         found = yield Aggregate(self.writes, pipeline)
-        writes = [d for d in found if "_holder" not in d]
-        entries = {e["k"]: e for d in found if "_holder" in d
+        writes = [d for d in found if "blob_docs" not in d]
+        entries = {e["k"]: e for d in found if "blob_docs" in d
                    for holder in d["blob_docs"] for e in holder["values"]}
         walk.finish({k: e.get("kind", "full") for k, e in entries.items()})
         seeds: dict[str, Any] = {}
@@ -543,7 +548,8 @@ class SaverCore:
                 projection={"_id": 1, "thread_id": 1, "checkpoint_ns": 1, "checkpoint_id": 1,
                             "parent_checkpoint_id": 1, "checkpoint.channel_versions": 1,
                             "blob_keys": 1, "values.k": 1, "values.kind": 1,
-                            "values.prev": 1, "metadata.run_id": 1},
+                            "values.prev": 1, "metadata.run_id": 1,
+                            f"metadata.{DELTA_COUNTERS}": 1},
             ),
             STREAM_BATCH * 4,
         )

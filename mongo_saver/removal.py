@@ -17,10 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mongo_saver.documents import blob_key, channel_versions_of
+from mongo_saver.documents import blob_key, channel_versions_of, unescape_field
 
 Document = dict[str, Any]
 Scope = tuple[str, str]  # (thread_id, checkpoint_ns)
+DELTA_COUNTERS = "counters_since_delta_snapshot"
 
 
 @dataclass
@@ -80,14 +81,28 @@ def _closure(keys: Iterable[str], prev: Mapping[str, str]) -> set[str]:
 
 
 def _delta_ancestors(docs: Mapping[str, Mapping[str, Any]], kept: set[str]) -> set[str]:
-    """Ancestors on the path from each kept checkpoint to its delta channels' seeds."""
+    """Ancestors on the path from each kept checkpoint to its delta channels' seeds.
+
+    Delta channels are the ones LangGraph counts in `counters_since_delta_snapshot`;
+    other channels stored without a value (consumed triggers such as `__start__`) need
+    no history.
+    """
     kinds = {e["k"]: e.get("kind", "full") for d in docs.values() for e in d.get("values", [])}
+    delta_channels = {
+        unescape_field(ch)
+        for d in docs.values()
+        for ch in (d.get("metadata") or {}).get(DELTA_COUNTERS, {})
+    }
     extra: set[str] = set()
     for cid in kept:
         versions = channel_versions_of(docs[cid])
-        waiting = {ch for ch, v in versions.items() if kinds.get(blob_key(ch, v)) == "empty"}
-        parent = docs[cid].get("parent_checkpoint_id")
-        while waiting and parent in docs:
+        waiting = {
+            ch
+            for ch, v in versions.items()
+            if ch in delta_channels and kinds.get(blob_key(ch, v)) == "empty"
+        }
+        parent: str | None = docs[cid].get("parent_checkpoint_id")
+        while waiting and parent is not None and parent in docs:
             extra.add(parent)
             ancestor_versions = channel_versions_of(docs[parent])
             for ch in list(waiting):

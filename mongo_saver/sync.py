@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -17,6 +18,9 @@ from langgraph.checkpoint.base import (
 from pymongo import MongoClient
 
 from mongo_saver.base import BaseMongoSaver
+from mongo_saver.expiry import ExpiryReport, expire_idle_threads, operations_indexes
+from mongo_saver.integrity import DEFAULT_REPAIR_GRACE, IntegrityReport, check_integrity
+from mongo_saver.lease import DEFAULT_TTL, Lease
 from mongo_saver.runners import SyncRunner
 
 
@@ -52,6 +56,7 @@ class MongoSaver(BaseMongoSaver):
 
     def setup(self) -> None:
         self._runner.run(self.core.setup())
+        self._runner.run(operations_indexes(self.core))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._runner.run(self.core.get_tuple(config))
@@ -64,7 +69,7 @@ class MongoSaver(BaseMongoSaver):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        plan = self.core.list(config, filter=filter, before=before, limit=limit)
+        plan = self.core.list_checkpoints(config, filter=filter, before=before, limit=limit)
         yield from self._runner.stream(plan)
 
     def put(
@@ -74,6 +79,7 @@ class MongoSaver(BaseMongoSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        self._guard_write(config)
         return self._runner.run(self.core.put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
@@ -83,6 +89,7 @@ class MongoSaver(BaseMongoSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        self._guard_write(config)
         self._runner.run(self.core.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
@@ -101,3 +108,40 @@ class MongoSaver(BaseMongoSaver):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return self._runner.run(self.core.delta_history(config, channels))
+
+    # --- operations ---------------------------------------------------------------------
+
+    def lease(
+        self, thread_id: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> Lease:
+        """A per-thread lease: `with saver.lease(thread_id): graph.invoke(...)`.
+
+        Entering waits until no other run (in any process) holds the thread, or raises
+        `LeaseError` after `timeout` seconds (None: wait as long as it takes). While it is
+        held the lease renews itself every `ttl / 3`; if it is lost, this saver refuses
+        checkpoint writes to the thread with `LeaseError`. See `mongo_saver.lease`.
+        """
+        return Lease(self._lease_state(thread_id, ttl, timeout), self._leases, self._runner)
+
+    def check_integrity(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        repair: bool = False,
+        *,
+        repair_grace: dt.timedelta = DEFAULT_REPAIR_GRACE,
+    ) -> IntegrityReport:
+        """Report holes, orphan writes, missing values and unknown versions; see
+        `mongo_saver.integrity`. `repair=True` deletes orphan writes older than
+        `repair_grace`, nothing else."""
+        return self._runner.run(
+            check_integrity(self.core, thread_ids, repair=repair, repair_grace=repair_grace)
+        )
+
+    def expire_idle_threads(
+        self, idle: dt.timedelta, *, dry_run: bool = False, limit: int | None = None
+    ) -> ExpiryReport:
+        """Delete, whole, each thread whose newest checkpoint is older than `idle`."""
+        return self._runner.run(
+            expire_idle_threads(self.core, self.lease_collection, idle, dry_run=dry_run,
+                                limit=limit)
+        )
