@@ -11,8 +11,8 @@ from pymongo import ReadPreference, WriteConcern
 from pymongo.read_preferences import _ServerMode
 
 from mongo_saver.core import SaverCore, next_version
+from mongo_saver.lease import LEASE_COLLECTION, LeaseRegistry, LeaseState
 from mongo_saver.migrations import SchemaMigrations
-from mongo_saver.upgrade import DocumentUpgrader
 from mongo_saver.values import DEFAULT_FULL_COPY_EVERY
 
 DEFAULT_WRITE_CONCERN = WriteConcern(w="majority")
@@ -21,6 +21,8 @@ DEFAULT_READ_PREFERENCE = ReadPreference.PRIMARY
 
 class BaseMongoSaver(BaseCheckpointSaver[str]):
     """Options and shared behaviour; subclasses only add the I/O runner."""
+
+    lease_collection: str = LEASE_COLLECTION
 
     def __init__(
         self,
@@ -50,11 +52,20 @@ class BaseMongoSaver(BaseCheckpointSaver[str]):
             self.serde,
             checkpoint_collection=checkpoint_collection,
             writes_collection=writes_collection,
-            upgrader=DocumentUpgrader.for_migrations(migrations, write_back=write_back),
+            migrations=migrations,
+            write_back=write_back,
             full_copy_every=full_copy_every,
             cache_size=cache_size,
             size_warning_bytes=size_warning_bytes,
         )
+        self._leases = LeaseRegistry()
+
+    def _lease_state(self, thread_id: str, ttl: float, timeout: float | None) -> LeaseState:
+        return LeaseState(self.lease_collection, thread_id, ttl=ttl, timeout=timeout)
+
+    def _guard_write(self, config: Any) -> None:
+        """Refuse a checkpoint write to a thread whose lease in this process was lost."""
+        self._leases.guard(config)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        return next_version(current)
+        return next_version(current)  # type: ignore[return-value]  # int only on int threads

@@ -30,8 +30,10 @@ from pymongo.operations import InsertOne, ReplaceOne, UpdateOne
 
 from mongo_saver import documents as docs_
 from mongo_saver.documents import require_id
-from mongo_saver.errors import CorruptDocumentError, InvalidInputError
+from mongo_saver.errors import CorruptDocumentError, InvalidInputError, MigrationError
 from mongo_saver.history import AncestorWalk
+from mongo_saver.legacy import convert_write, is_legacy, is_legacy_write, legacy_filter_value
+from mongo_saver.migrations import MigrationContext, SchemaMigrations
 from mongo_saver.ops import (
     Aggregate,
     BulkWrite,
@@ -86,14 +88,15 @@ def target_of(config: RunnableConfig | None, *, need_thread: bool = True) -> Tar
     return Target(thread_id, checkpoint_ns, checkpoint_id)
 
 
-def next_version(current: str | int | float | None) -> str:
-    """A version that sorts after `current` and never collides with a racing run's."""
-    if current is None:
-        number = 0
-    elif isinstance(current, (int, float)):
-        number = int(current)
-    else:
-        number = int(current.split(".")[0])
+def next_version(current: str | int | float | None) -> str | int:
+    """A version that sorts after `current` and never collides with a racing run's.
+
+    Threads started by a saver with integer versions (langgraph-checkpoint-mongodb, for
+    one) keep integers, because LangGraph compares a thread's versions with each other.
+    """
+    if isinstance(current, (int, float)):
+        return int(current) + 1
+    number = 0 if current is None else int(current.split(".")[0])
     return f"{number + 1:032}.{random.random():016}"
 
 
@@ -110,7 +113,8 @@ class SaverCore:
         *,
         checkpoint_collection: str,
         writes_collection: str,
-        upgrader: DocumentUpgrader,
+        migrations: SchemaMigrations | None,
+        write_back: bool,
         full_copy_every: int,
         cache_size: int,
         size_warning_bytes: int,
@@ -118,7 +122,13 @@ class SaverCore:
         self.serde = serde
         self.checkpoints = checkpoint_collection
         self.writes = writes_collection
-        self.upgrader = upgrader
+        self.upgrader = DocumentUpgrader(
+            serde,
+            checkpoints=checkpoint_collection,
+            writes=writes_collection,
+            migrations=migrations,
+            write_back=write_back,
+        )
         self.full_copy_every = full_copy_every
         self.cache = StateCache(cache_size)
         self.size_warning_bytes = size_warning_bytes
@@ -130,24 +140,22 @@ class SaverCore:
         yield CreateIndexes(
             self.checkpoints,
             [
+                # Default names: the same unique index that langgraph-checkpoint-mongodb
+                # creates is then recognised as already present.
                 IndexModel(
                     [("thread_id", ASCENDING), ("checkpoint_ns", ASCENDING),
                      ("checkpoint_id", DESCENDING)],
-                    name="thread_ns_checkpoint",
                     unique=True,
                 ),
-                IndexModel([("values.k", ASCENDING)], name="value_keys"),
-                IndexModel([("metadata.run_id", ASCENDING)], name="run_id", sparse=True),
+                IndexModel([("values.k", ASCENDING)]),
+                IndexModel([("metadata.run_id", ASCENDING)], sparse=True),
+                IndexModel([("schema_version", ASCENDING)]),
             ],
         )
         yield CreateIndexes(
             self.writes,
             [
-                IndexModel(
-                    [(f, ASCENDING) for f in docs_.WRITE_IDENTITY],
-                    name="write_identity",
-                    unique=True,
-                )
+                IndexModel([(f, ASCENDING) for f in docs_.WRITE_IDENTITY], unique=True)
             ],
         )
 
@@ -167,7 +175,7 @@ class SaverCore:
             if target.checkpoint_id
             else None
         )
-        entries, blob_keys, state = plan_values(
+        entries, blob_keys, heads, state = plan_values(
             self.serde,
             thread_id=target.thread_id,
             channel_values=checkpoint.get("channel_values", {}),
@@ -175,6 +183,7 @@ class SaverCore:
             new_versions=new_versions,
             parent=parent_state,
             full_copy_every=self.full_copy_every,
+            schema_version=self.upgrader.current_schema_version,
         )
         identity = {
             "thread_id": target.thread_id,
@@ -194,6 +203,8 @@ class SaverCore:
             "values": entries,
             "blob_keys": blob_keys,
         }
+        if heads:
+            doc["heads"] = docs_.escape_keys(heads, "channel")
         doc["size"] = len(bson.encode(doc))
         self._warn_if_large(doc)
         yield BulkWrite(self.checkpoints, [ReplaceOne(identity, doc, upsert=True)])
@@ -302,7 +313,7 @@ class SaverCore:
                         {"$eq": ["$checkpoint_ns", "$$ns"]},
                     ]}}},
                     {"$sort": {"task_path": 1, "task_id": 1, "idx": 1}},
-                    {"$project": {"_id": 0, "task_id": 1, "channel": 1, "value": 1,
+                    {"$project": {"task_id": 1, "channel": 1, "value": 1, "type": 1,
                                   "task_path": 1, "idx": 1, "format": 1,
                                   "schema_version": 1}},
                 ],
@@ -356,7 +367,9 @@ class SaverCore:
                     else bound
                 )
         if filter:
-            match.update(docs_.metadata_filter(self.serde, filter))
+            match.update(docs_.metadata_filter(
+                self.serde, filter, lambda value: [legacy_filter_value(self.serde, value)]
+            ))
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool):
                 raise InvalidInputError(f"limit must be an int, got {limit!r}")
@@ -369,21 +382,33 @@ class SaverCore:
             for doc in found:
                 yield Emit((yield from self.tuple_from_document(doc)))
 
-    def tuple_from_document(self, doc: Document) -> Plan[CheckpointTuple]:
-        """Decode one aggregated checkpoint, upgrading it first when it is old."""
-        doc = yield from self.upgrader.upgrade(self, doc)
+    def tuple_from_document(self, stored: Document) -> Plan[CheckpointTuple]:
+        """Decode one aggregated checkpoint; upgrade (and write back) an old one."""
+        up = self.upgrader
+        doc, was_legacy = up.normalize(stored)
         entries = {e["k"]: e for found in doc.get("blob_docs", []) for e in found["values"]}
-        values, state = yield from self._resolve(doc, entries)
+        entries.update((e["k"], e) for e in doc.get("values", []))
+        version = doc["schema_version"]
+        ctx = MigrationContext(doc["thread_id"], doc["checkpoint_id"])
+        values, state = yield from self._resolve(doc, entries, version, ctx)
         thread_id, checkpoint_ns = doc["thread_id"], doc["checkpoint_ns"]
         checkpoint_id = doc["checkpoint_id"]
+        checkpoint = docs_.checkpoint_from_header(
+            self.serde, doc["checkpoint"], checkpoint_id, values
+        )
+        if was_legacy or up.needs_upgrade(stored):
+            upgraded = up.upgrade(doc, checkpoint, state, was_legacy, stored.get("_id"))
+            yield from upgraded.write_back
+            checkpoint, pending = upgraded.checkpoint, upgraded.pending_writes
+            state = upgraded.state
+        else:
+            pending = [docs_.write_from_document(self.serde, w) for w in doc.get("pending", [])]
         self.cache.put((thread_id, checkpoint_ns, checkpoint_id), state)
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                      "checkpoint_id": checkpoint_id}},
-            checkpoint=docs_.checkpoint_from_header(
-                self.serde, doc["checkpoint"], checkpoint_id, values
-            ),
+            checkpoint=checkpoint,
             metadata=docs_.metadata_from_bson(self.serde, doc.get("metadata", {})),
             parent_config=(
                 {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
@@ -391,20 +416,25 @@ class SaverCore:
                 if parent_id
                 else None
             ),
-            pending_writes=[
-                docs_.write_from_document(self.serde, w) for w in doc.get("pending", [])
-            ],
+            pending_writes=pending,
         )
 
     def _resolve(
-        self, doc: Document, entries: dict[str, Document]
+        self,
+        doc: Document,
+        entries: dict[str, Document],
+        schema_version: int,
+        ctx: MigrationContext,
     ) -> Plan[tuple[dict[str, Any], ChannelState]]:
         """Rebuild channel values, fetching chains this document could not name itself."""
         versions = docs_.channel_versions_of(doc)
+        heads = self.upgrader.stored_heads(doc)
+        lift = self.upgrader.lift(ctx)
         absent: set[str] = set()
         for _ in range(_MAX_RESOLVE_ROUNDS):
             try:
-                return resolve_values(self.serde, versions, entries, absent)
+                return resolve_values(self.serde, versions, heads, entries,
+                                      schema_version=schema_version, lift=lift, absent=absent)
             except MissingBlobs as missing:
                 scope = {"thread_id": doc["thread_id"], "checkpoint_ns": doc["checkpoint_ns"]}
                 fetched = yield Aggregate(
@@ -428,7 +458,8 @@ class SaverCore:
 
         The first query streams the thread's checkpoint skeletons newest first and walks
         the parent chain in memory, stopping as soon as every channel found its seed; the
-        second fetches the on-path writes and the seed values together.
+        second fetches the on-path writes and the seed values together. Writes and seeds
+        stored under an older schema come back migrated, under the current names.
         """
         if not channels:
             return {}
@@ -439,22 +470,28 @@ class SaverCore:
             self.checkpoints,
             {**scope, **({"checkpoint_id": id_bound} if id_bound else {})},
             projection={"_id": 0, "checkpoint_id": 1, "parent_checkpoint_id": 1,
-                        "checkpoint.channel_versions": 1, "values.k": 1, "values.kind": 1},
+                        "checkpoint.channel_versions": 1, "values.k": 1, "values.kind": 1,
+                        "heads": 1, "schema_version": 1, "format": 1, "type": 1},
             sort=[("checkpoint_id", DESCENDING)],
         )
-        walk = AncestorWalk(channels, target.checkpoint_id)
+        walk = AncestorWalk(channels, target.checkpoint_id, self.upgrader.current_header)
         cursor = yield OpenCursor(query, STREAM_BATCH * 4)
         while not walk.done and (found := (yield NextBatch(cursor, STREAM_BATCH * 4))):
             for doc in found:
+                if is_legacy(doc):
+                    yield from self.convert_legacy_thread(target.thread_id)
+                    return (yield from self.delta_history(config, channels))
                 walk.visit(doc)
                 if walk.done:
                     break
         if not walk.path:
             return {ch: {"writes": []} for ch in channels}
         wanted_keys = sorted({*walk.seed_keys.values(), *walk.pending_keys()})
+        names = sorted({n for ch in channels
+                        for n in self.upgrader.migrations.historical_names(ch, 1)})
         pipeline: list[Document] = [
             {"$match": {**scope, "checkpoint_id": {"$in": walk.path_ids()},
-                        "channel": {"$in": list(channels)}}},
+                        "channel": {"$in": names}}},
             {"$sort": {"checkpoint_id": 1, "task_path": 1, "task_id": 1, "idx": 1}},
         ]
         if wanted_keys:
@@ -463,7 +500,11 @@ class SaverCore:
                 "pipeline": self._holders_pipeline(scope, wanted_keys),
             }})
         found = yield Aggregate(self.writes, pipeline)
-        writes = [d for d in found if "blob_docs" not in d]
+        ctx = MigrationContext(target.thread_id, target.checkpoint_id or "(latest)")
+        writes = []
+        for doc in found:
+            if "blob_docs" not in doc and (write := self.upgrader.write(doc, ctx)) is not None:
+                writes.append((doc["checkpoint_id"], write))
         entries = {e["k"]: e for d in found if "blob_docs" in d
                    for holder in d["blob_docs"] for e in holder["values"]}
         walk.finish({k: e.get("kind", "full") for k, e in entries.items()})
@@ -471,9 +512,44 @@ class SaverCore:
         if walk.seed_keys:
             seed_doc = {**scope, "checkpoint_id": target.checkpoint_id or "(latest)",
                         "checkpoint": {"channel_versions": docs_.escape_keys(
-                            {ch: walk.seed_versions[ch] for ch in walk.seed_keys}, "channel")}}
-            seeds, _ = yield from self._resolve(seed_doc, entries)
-        return walk.result(writes, seeds, self.serde)
+                            {ch: walk.seed_versions[ch] for ch in walk.seed_keys}, "channel")},
+                        "heads": docs_.escape_keys(walk.seed_keys, "channel")}
+            seeds, _ = yield from self._resolve(
+                seed_doc, entries, self.upgrader.current_schema_version, ctx
+            )
+        return walk.result(writes, seeds)
+
+    def convert_legacy_thread(self, thread_id: str) -> Plan[int]:
+        """Rewrite a thread's langgraph-checkpoint-mongodb documents in the current layout."""
+        if not self.upgrader.write_back:
+            raise MigrationError(
+                f"thread {thread_id!r} holds langgraph-checkpoint-mongodb documents that this "
+                "operation needs converted; enable write-back or run `mongo-saver migrate`"
+            )
+        converted = 0
+        cursor = yield OpenCursor(
+            Find(self.checkpoints, {"thread_id": thread_id, "format": {"$exists": False}}),
+            STREAM_BATCH,
+        )
+        while found := (yield NextBatch(cursor, STREAM_BATCH)):
+            for stored in found:
+                if not is_legacy(stored):
+                    continue
+                doc, _ = self.upgrader.normalize(stored)
+                yield BulkWrite(self.checkpoints, [ReplaceOne(
+                    {"_id": stored["_id"], "format": {"$exists": False}},
+                    {k: v for k, v in doc.items() if k not in ("_id", "pending")},
+                )])
+                converted += 1
+        writes = yield Find(self.writes, {"thread_id": thread_id, "format": {"$exists": False}})
+        requests = [
+            ReplaceOne({"_id": w["_id"], "format": {"$exists": False}},
+                       {k: v for k, v in convert_write(self.serde, w).items() if k != "_id"})
+            for w in writes if is_legacy_write(w)
+        ]
+        if requests:
+            yield BulkWrite(self.writes, requests)
+        return converted
 
     # --- deleting and copying ---------------------------------------------------------
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
-    CheckpointMetadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -155,14 +154,19 @@ def metadata_from_bson(serde: SerializerProtocol, value: Any) -> Any:
     return value
 
 
-def metadata_filter(serde: SerializerProtocol, filter: Mapping[str, Any]) -> dict[str, Any]:
+def metadata_filter(
+    serde: SerializerProtocol,
+    filter: Mapping[str, Any],
+    other_encodings: Callable[[Any], list[Any]] | None = None,
+) -> dict[str, Any]:
     """Turn a `list(filter=...)` mapping into a MongoDB query on `metadata.*`.
 
     Keys are metadata keys; a dotted key (`"parents.sub"`) is a nested path, and a dict
     value matches its leaves by nested path. Anything that looks like a query operator is
-    refused, so a filter can only ever express equality.
+    refused, so a filter can only ever express equality. `other_encodings` gives other
+    stored forms of a leaf (older layouts) that match as well.
     """
-    query: dict[str, Any] = {}
+    clauses: list[dict[str, Any]] = []
 
     def add(path: list[str], value: Any) -> None:
         if isinstance(value, Mapping) and value and TYPED_MARKER not in value:
@@ -170,13 +174,21 @@ def metadata_filter(serde: SerializerProtocol, filter: Mapping[str, Any]) -> dic
                 add([*path, _filter_segment(k)], v)
             return
         _refuse_operators(value, ".".join(path))
-        query["metadata." + ".".join(path)] = metadata_to_bson(serde, value)
+        field = "metadata." + ".".join(path)
+        forms = [metadata_to_bson(serde, value)]
+        if other_encodings is not None:
+            forms += other_encodings(value)
+        clauses.append(
+            {field: forms[0]} if len(forms) == 1 else {"$or": [{field: f} for f in forms]}
+        )
 
     for key, value in filter.items():
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"filter key must be a non-empty string, got {key!r}")
         add([_filter_segment(seg) for seg in key.split(".")], value)
-    return query
+    if len(clauses) == 1:
+        return clauses[0]
+    return {"$and": clauses} if clauses else {}
 
 
 def _filter_segment(segment: object) -> str:

@@ -13,19 +13,19 @@ the documents already streamed or by the seed fetch that follows the walk.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
-from langgraph.checkpoint.serde.base import SerializerProtocol
-
-from mongo_saver.documents import blob_key, channel_versions_of, write_from_document
 
 Document = dict[str, Any]
+Header = Callable[[Mapping[str, Any]], tuple[dict[str, Any], dict[str, str]]]
+"""A skeleton's channel versions and head keys, under the current channel names."""
 
 
 class AncestorWalk:
-    def __init__(self, channels: Sequence[str], target_id: str | None) -> None:
+    def __init__(self, channels: Sequence[str], target_id: str | None, header: Header) -> None:
+        self.header = header
         self.channels = list(channels)
         self.remaining = set(channels)
         self.want: str | None = target_id
@@ -54,13 +54,13 @@ class AncestorWalk:
         if self.at_target:  # the target's own writes and value do not count
             self.at_target = False
             return
-        versions = channel_versions_of(doc)
+        versions, heads = self.header(doc)
         self.path.append((doc["checkpoint_id"], frozenset(self.remaining)))
         index = len(self.path) - 1
         for ch in sorted(self.remaining - self.pending.keys()):
             if ch not in versions:
                 continue
-            key = blob_key(ch, versions[ch])
+            key = heads[ch]
             self.seed_versions[ch] = versions[ch]
             if key in self.kinds:
                 if self.kinds[key] != "empty":
@@ -92,21 +92,17 @@ class AncestorWalk:
         return [cid for cid, _ in self.path]
 
     def result(
-        self,
-        writes: Iterable[Mapping[str, Any]],
-        seeds: Mapping[str, Any],
-        serde: SerializerProtocol,
+        self, writes: Iterable[tuple[str, PendingWrite]], seeds: Mapping[str, Any]
     ) -> dict[str, DeltaChannelHistory]:
-        """Assemble the contract's shape from writes sorted oldest first."""
+        """Assemble the contract's shape from `(checkpoint_id, write)` pairs, oldest first."""
         position = {cid: (i, collecting) for i, (cid, collecting) in enumerate(self.path)}
         out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in self.channels}
-        for doc in writes:
-            ch = doc["channel"]
-            index, collecting = position.get(doc["checkpoint_id"], (-1, frozenset()))
+        for checkpoint_id, write in writes:
+            ch = write[1]
+            index, collecting = position.get(checkpoint_id, (-1, frozenset()))
             if ch not in collecting or index > self.cut.get(ch, index):
                 continue
-            item: PendingWrite = write_from_document(serde, doc)
-            out[ch]["writes"].append(item)
+            out[ch]["writes"].append(write)
         for ch, value in seeds.items():
             out[ch]["seed"] = value
         return out

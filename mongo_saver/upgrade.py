@@ -1,37 +1,73 @@
-"""Version checks on every document read, and the hook where old documents are upgraded.
+"""Every document read passes through here: version checks, legacy layouts, migrations.
 
-A document newer than this code (a rollback after a deploy) is refused with a clear
-error instead of being misread or silently downgraded.
+`DocumentUpgrader` turns a stored checkpoint of any known layout and schema version into
+the current one, in memory, and produces the write-back: a compare-and-swap update that
+only applies if the stored document still has the versions it was read with, so a
+concurrent reader or writer never loses an update. Old value entries are never rewritten
+(other checkpoints may share them); they carry their own schema version and are lifted
+when read. A document newer than this code is refused.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from mongo_saver.documents import FORMAT_VERSION
-from mongo_saver.errors import SchemaVersionError
-from mongo_saver.ops import Document, Plan
+from langgraph.checkpoint.base import Checkpoint, PendingWrite
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from pymongo.operations import DeleteOne, ReplaceOne, UpdateOne
 
-if TYPE_CHECKING:
-    from mongo_saver.core import SaverCore
-    from mongo_saver.migrations import SchemaMigrations
+from mongo_saver import documents as docs_
+from mongo_saver import legacy
+from mongo_saver.documents import FORMAT_VERSION, blob_key
+from mongo_saver.errors import MigrationError, SchemaVersionError
+from mongo_saver.migrations import (
+    DROPPED,
+    MigrationContext,
+    MigrationStep,
+    SchemaMigrations,
+    apply_raw_steps,
+    migrate_header,
+    migrate_value,
+)
+from mongo_saver.ops import BulkWrite, Document
+from mongo_saver.values import ChannelState, StoredChannel
+
+
+@dataclass
+class Upgraded:
+    """A checkpoint brought to the current schema, and how to store that."""
+
+    checkpoint: Checkpoint
+    pending_writes: list[PendingWrite]
+    state: ChannelState
+    write_back: list[BulkWrite] = field(default_factory=list)
 
 
 class DocumentUpgrader:
-    """Checks `format` and `schema_version` of each checkpoint document read."""
+    """Brings stored documents to the current layout and application schema."""
 
-    def __init__(self, current_schema_version: int = 1) -> None:
-        self.current_schema_version = current_schema_version
+    def __init__(
+        self,
+        serde: SerializerProtocol,
+        *,
+        checkpoints: str,
+        writes: str,
+        migrations: SchemaMigrations | None = None,
+        write_back: bool = True,
+    ) -> None:
+        self.serde = serde
+        self.checkpoints = checkpoints
+        self.writes = writes
+        self.migrations = migrations or SchemaMigrations()
+        self.current_schema_version = self.migrations.current_version
+        self.write_back = write_back
 
-    @classmethod
-    def for_migrations(
-        cls, migrations: SchemaMigrations | None, *, write_back: bool
-    ) -> DocumentUpgrader:
-        return cls(migrations.current_version if migrations else 1)
+    # --- checks ---------------------------------------------------------------------------
 
-    def check(self, doc: Document) -> None:
-        fmt = doc.get("format")
-        schema = doc.get("schema_version")
+    def check(self, doc: Mapping[str, Any]) -> None:
+        fmt, schema = doc.get("format"), doc.get("schema_version")
         where = f"checkpoint {doc.get('checkpoint_id')} of thread {doc.get('thread_id')!r}"
         if isinstance(fmt, int) and fmt > FORMAT_VERSION:
             raise SchemaVersionError(
@@ -45,9 +81,241 @@ class DocumentUpgrader:
                 "was a deploy rolled back?"
             )
 
-    def upgrade(self, core: SaverCore, doc: Document) -> Plan[Document]:
-        """Return `doc` in the current layout and schema (a plan: it may write back)."""
+    def normalize(self, doc: Document) -> tuple[Document, bool]:
+        """The document in the current layout (converted if legacy), and whether it was."""
         self.check(doc)
-        if False:  # a plan by signature; the migration layer yields its write-backs here
-            yield
-        return doc
+        if legacy.is_legacy(doc):
+            converted = legacy.convert_checkpoint(self.serde, doc)
+            converted["pending"] = doc.get("pending", [])
+            return converted, True
+        return doc, False
+
+    def needs_upgrade(self, doc: Mapping[str, Any]) -> bool:
+        return (
+            legacy.is_legacy(doc)
+            or doc.get("schema_version", 1) < self.current_schema_version
+            or any(
+                legacy.is_legacy_write(w)
+                or w.get("schema_version", 1) < self.current_schema_version
+                for w in doc.get("pending", [])
+            )
+        )
+
+    # --- values and writes ------------------------------------------------------------------
+
+    def path(self, from_version: int, to_version: int | None = None) -> list[MigrationStep]:
+        return self.migrations.path(from_version, to_version)
+
+    def lift(self, ctx: MigrationContext) -> Any:
+        """The `values.Lift` for one checkpoint: declarative steps only (see `raw`)."""
+
+        def lift(channel: str, value: Any, from_version: int, to_version: int) -> tuple[str, Any]:
+            if self.migrations.crosses_raw(from_version, to_version):
+                raise MigrationError(
+                    f"thread {ctx.thread_id!r}, checkpoint {ctx.checkpoint_id}: a value of "
+                    f"{channel!r} stored at schema {from_version} would cross a raw migration "
+                    "step outside a whole checkpoint; run `mongo-saver migrate` on this thread"
+                )
+            return migrate_value(self.path(from_version, to_version), channel, value, ctx)
+
+        return lift
+
+    def write(self, doc: Mapping[str, Any], ctx: MigrationContext) -> PendingWrite | None:
+        """One stored pending write at the current schema; None if a migration dropped it."""
+        stored = legacy.convert_write(self.serde, doc) if legacy.is_legacy_write(doc) else doc
+        task_id, channel, value = docs_.write_from_document(self.serde, stored)
+        version = stored.get("schema_version", 1)
+        if version < self.current_schema_version:
+            if self.migrations.crosses_raw(version):
+                raise MigrationError(
+                    f"thread {ctx.thread_id!r}: a write stored at schema {version} crosses a "
+                    "raw migration step outside a whole checkpoint; run `mongo-saver migrate`"
+                )
+            channel, value = migrate_value(self.path(version), channel, value, ctx)
+            if value is DROPPED:
+                return None
+        return task_id, channel, value
+
+    def stored_heads(self, doc: Mapping[str, Any]) -> dict[str, str]:
+        return docs_.unescape_keys(doc.get("heads") or {})
+
+    def current_header(self, doc: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """Channel versions and head keys of a stored checkpoint, under current names."""
+        versions = docs_.channel_versions_of(doc)
+        stored_heads = self.stored_heads(doc)
+        heads = {ch: stored_heads.get(ch) or blob_key(ch, v) for ch, v in versions.items()}
+        version = doc.get("schema_version", legacy.LEGACY_SCHEMA_VERSION)
+        if version < self.current_schema_version:
+            versions, _, heads, _, _ = migrate_header(self.path(version), versions, {},
+                                                      heads, None)
+        return versions, heads
+
+    # --- whole checkpoints ------------------------------------------------------------------
+
+    def upgrade(
+        self,
+        doc: Document,
+        checkpoint: Checkpoint,
+        state: ChannelState,
+        was_legacy: bool,
+        original_id: Any,
+    ) -> Upgraded:
+        """Carry a checkpoint resolved at its stored schema to the current one."""
+        ctx = MigrationContext(doc["thread_id"], doc["checkpoint_id"])
+        pending_docs = doc.get("pending", [])
+        writes = [w for w in (self.write(d, ctx) for d in pending_docs) if w is not None]
+        version = doc["schema_version"]
+        steps = self.path(version)
+        if steps:
+            checkpoint, state = self._migrate_checkpoint(steps, checkpoint, state, ctx,
+                                                         self.stored_heads(doc))
+            if any(step.is_raw for step in steps):
+                raw_checkpoint, writes = apply_raw_steps(steps, dict(checkpoint), writes, ctx)
+                checkpoint = raw_checkpoint  # type: ignore[assignment]
+                state = {ch: _stale(s) for ch, s in state.items()}
+        upgraded = Upgraded(checkpoint, writes, state)
+        if self.write_back:
+            upgraded.write_back = self._write_back(doc, upgraded, was_legacy, original_id,
+                                                   pending_docs, ctx)
+        return upgraded
+
+    def _migrate_checkpoint(
+        self,
+        steps: Sequence[MigrationStep],
+        checkpoint: Checkpoint,
+        state: ChannelState,
+        ctx: MigrationContext,
+        stored_heads: Mapping[str, str],
+    ) -> tuple[Checkpoint, ChannelState]:
+        values: dict[str, Any] = {}
+        for channel, value in checkpoint["channel_values"].items():
+            name, migrated = migrate_value(steps, channel, value, ctx)
+            if migrated is not DROPPED:
+                values[name] = migrated
+        heads = {ch: stored_heads.get(ch) or blob_key(ch, v)
+                 for ch, v in checkpoint["channel_versions"].items()}
+        versions, seen, heads, updated, added = migrate_header(
+            steps,
+            dict(checkpoint["channel_versions"]),
+            checkpoint["versions_seen"],
+            heads,
+            checkpoint.get("updated_channels"),
+        )
+        new_state: ChannelState = {}
+        old_names = _old_names(steps, list(state))
+        for name, version in versions.items():
+            if name in added:
+                values.setdefault(name, added[name])
+                key = blob_key(name, version)
+                new_state[name] = StoredChannel(version, key, (key,), stale=True)
+                continue
+            old = old_names.get(name)
+            stored = state.get(old) if old is not None else None
+            if stored is None:
+                continue
+            value = values.get(name)
+            new_state[name] = StoredChannel(
+                stored.version,
+                heads.get(name, stored.key),
+                stored.chain,
+                stored.depth,
+                tuple(value) if isinstance(value, list) else None,
+                stored.base_bytes,
+                stored.appended_bytes,
+                stored.stale,
+            )
+        result: dict[str, Any] = {
+            **checkpoint,
+            "channel_values": values,
+            "channel_versions": versions,
+            "versions_seen": seen,
+            "updated_channels": updated,
+        }
+        return result, new_state  # type: ignore[return-value]
+
+    def _write_back(
+        self,
+        doc: Document,
+        upgraded: Upgraded,
+        was_legacy: bool,
+        original_id: Any,
+        pending_docs: Sequence[Mapping[str, Any]],
+        ctx: MigrationContext,
+    ) -> list[BulkWrite]:
+        """Compare-and-swap updates storing the upgraded checkpoint and its writes."""
+        current = self.current_schema_version
+        checkpoint = upgraded.checkpoint
+        materialized = []
+        for channel, stored in list(upgraded.state.items()):
+            if stored.stale and channel in checkpoint["channel_values"]:
+                key = f"{blob_key(channel, stored.version)}@{current}"
+                payload = docs_.dump_typed(self.serde, checkpoint["channel_values"][channel],
+                                           f"channel {channel!r} of thread {ctx.thread_id!r}")
+                materialized.append({"k": key, "c": channel, "v": stored.version, "sv": current,
+                                     "kind": "full", "depth": 0, **payload})
+                value = checkpoint["channel_values"][channel]
+                upgraded.state[channel] = StoredChannel(
+                    stored.version, key, (key,), 0,
+                    tuple(value) if isinstance(value, list) else None, len(payload["d"]), 0)
+        heads = {ch: s.key for ch, s in upgraded.state.items() if s.key != blob_key(ch, s.version)}
+        blob_keys = sorted({k for s in upgraded.state.values() for k in s.chain})
+        fields = {
+            "format": FORMAT_VERSION,
+            "schema_version": current,
+            "checkpoint": docs_.checkpoint_header(self.serde, checkpoint),
+            "heads": docs_.escape_keys(heads, "channel"),
+            "blob_keys": blob_keys,
+        }
+        ops: list[BulkWrite] = []
+        if was_legacy:
+            replacement = {k: v for k, v in doc.items() if k not in ("pending", "blob_docs")}
+            replacement.update(fields)
+            replacement["values"] = [*doc.get("values", []), *materialized]
+            replacement.pop("_id", None)
+            cas: dict[str, Any] = {"_id": original_id, "format": {"$exists": False}}
+            ops.append(BulkWrite(self.checkpoints, [ReplaceOne(cas, replacement)]))
+        else:
+            cas = {"_id": original_id, "schema_version": doc["schema_version"],
+                   "format": doc["format"]}
+            update: dict[str, Any] = {"$set": fields}
+            if materialized:
+                update["$push"] = {"values": {"$each": materialized}}
+            ops.append(BulkWrite(self.checkpoints, [UpdateOne(cas, update)]))
+        write_ops: list[Any] = []
+        for write_doc in pending_docs:
+            if "_id" not in write_doc:
+                continue
+            old_version = write_doc.get("schema_version")
+            if old_version == current and not legacy.is_legacy_write(write_doc):
+                continue
+            cas = {"_id": write_doc["_id"], "schema_version": old_version}
+            if legacy.is_legacy_write(write_doc):
+                cas = {"_id": write_doc["_id"], "format": {"$exists": False}}
+            migrated = self.write(write_doc, ctx)
+            if migrated is None:
+                write_ops.append(DeleteOne(cas))
+                continue
+            _, channel, value = migrated
+            write_ops.append(UpdateOne(cas, {
+                "$set": {"channel": channel, "format": FORMAT_VERSION, "schema_version": current,
+                         "value": docs_.dump_typed(self.serde, value, f"write to {channel!r}")},
+                "$unset": {"type": ""},
+            }))
+        if write_ops:
+            ops.append(BulkWrite(self.writes, write_ops))
+        return ops
+
+
+def _stale(stored: StoredChannel) -> StoredChannel:
+    return StoredChannel(stored.version, stored.key, stored.chain, stored.depth, stored.items,
+                         stored.base_bytes, stored.appended_bytes, stale=True)
+
+
+def _old_names(steps: Sequence[MigrationStep], names: list[str]) -> dict[str, str]:
+    """Current name -> stored name, for channels that survive `steps`."""
+    out = {}
+    for name in names:
+        versions, _, _, _, added = migrate_header(steps, {name: 0}, {}, {}, None)
+        for new in versions.keys() - added.keys():
+            out[new] = name
+    return out

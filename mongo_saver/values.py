@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import ChannelVersions
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_saver.documents import blob_key, dump_typed, load_typed, require_name
+from mongo_saver.errors import CorruptDocumentError
 
 DEFAULT_FULL_COPY_EVERY = 64
 
@@ -49,9 +50,15 @@ class StoredChannel:
     """Snapshot of a list value's items, for append detection; None for other values."""
     base_bytes: int = 0
     appended_bytes: int = 0
+    stale: bool = False
+    """The stored chain cannot be lifted to the current schema (a raw migration step lies
+    between): the next checkpoint stores this channel in full."""
 
 
 ChannelState = dict[str, StoredChannel]
+Lift = Callable[[str, Any, int, int], tuple[str, Any]]
+"""`lift(channel, value, from_schema, to_schema)`: a stored value and its channel's name,
+migrated."""
 
 
 class StateCache:
@@ -99,43 +106,52 @@ def plan_values(
     new_versions: ChannelVersions,
     parent: ChannelState | None,
     full_copy_every: int,
-) -> tuple[list[dict[str, Any]], list[str], ChannelState]:
-    """Value entries to store, blob keys needed to read back, and the new channel state."""
+    schema_version: int,
+) -> tuple[list[dict[str, Any]], list[str], dict[str, str], ChannelState]:
+    """Value entries to store, keys needed to read back, head keys that differ from the
+    default, and the new channel state."""
     entries: list[dict[str, Any]] = []
     state: ChannelState = {}
     parent = parent or {}
     for channel, version in channel_versions.items():
         require_name("channel", channel)
         previous = parent.get(channel)
+        what = f"channel {channel!r} of thread {thread_id!r}"
         if channel not in new_versions:
-            if previous is not None and previous.version == version:
-                state[channel] = previous
-            else:
+            if previous is None or previous.version != version:
                 key = blob_key(channel, version)
                 state[channel] = StoredChannel(version, key, (key,))
+            elif previous.stale and channel in channel_values:
+                key = f"{blob_key(channel, version)}@{schema_version}"
+                entry, state[channel] = _full_entry(
+                    serde, channel, version, key, channel_values[channel], what, schema_version
+                )
+                entries.append(entry)
+            else:
+                state[channel] = previous
             continue
         version = new_versions[channel]
         key = blob_key(channel, version)
-        entry: dict[str, Any] = {"k": key, "c": channel, "v": version}
         if channel not in channel_values:
-            entry["kind"] = "empty"
+            entries.append({"k": key, "c": channel, "v": version, "sv": schema_version,
+                            "kind": "empty"})
             state[channel] = StoredChannel(version, key, (key,))
-            entries.append(entry)
             continue
         value = channel_values[channel]
-        what = f"channel {channel!r} of thread {thread_id!r}"
         if (
             isinstance(value, list)
             and previous is not None
             and previous.items is not None
+            and not previous.stale
             and previous.depth < full_copy_every
             and _extends(previous.items, value)
         ):
             payload = dump_typed(serde, value[len(previous.items) :], what)
             appended = previous.appended_bytes + len(payload["d"])
             if appended <= max(previous.base_bytes, 4096):
-                entry.update(kind="append", prev=previous.key, depth=previous.depth + 1, **payload)
-                entries.append(entry)
+                entries.append({"k": key, "c": channel, "v": version, "sv": schema_version,
+                                "kind": "append", "prev": previous.key,
+                                "depth": previous.depth + 1, **payload})
                 state[channel] = StoredChannel(
                     version,
                     key,
@@ -146,20 +162,41 @@ def plan_values(
                     appended,
                 )
                 continue
-        payload = dump_typed(serde, value, what)
-        entry.update(kind="full", depth=0, **payload)
-        entries.append(entry)
-        state[channel] = StoredChannel(
-            version,
-            key,
-            (key,),
-            0,
-            tuple(value) if isinstance(value, list) else None,
-            len(payload["d"]),
-            0,
+        entry, state[channel] = _full_entry(
+            serde, channel, version, key, value, what, schema_version
         )
+        entries.append(entry)
     blob_keys = sorted({k for stored in state.values() for k in stored.chain})
-    return entries, blob_keys, state
+    heads = {
+        ch: stored.key
+        for ch, stored in state.items()
+        if stored.key != blob_key(ch, stored.version)
+    }
+    return entries, blob_keys, heads, state
+
+
+def _full_entry(
+    serde: SerializerProtocol,
+    channel: str,
+    version: str | int | float,
+    key: str,
+    value: Any,
+    what: str,
+    schema_version: int,
+) -> tuple[dict[str, Any], StoredChannel]:
+    payload = dump_typed(serde, value, what)
+    entry = {"k": key, "c": channel, "v": version, "sv": schema_version, "kind": "full",
+             "depth": 0, **payload}
+    stored = StoredChannel(
+        version,
+        key,
+        (key,),
+        0,
+        tuple(value) if isinstance(value, list) else None,
+        len(payload["d"]),
+        0,
+    )
+    return entry, stored
 
 
 class MissingBlobs(Exception):
@@ -173,21 +210,27 @@ class MissingBlobs(Exception):
 def resolve_values(
     serde: SerializerProtocol,
     channel_versions: ChannelVersions,
+    heads: Mapping[str, str],
     entries: Mapping[str, Mapping[str, Any]],
+    *,
+    schema_version: int,
+    lift: Lift,
     absent: Iterable[str] = (),
 ) -> tuple[dict[str, Any], ChannelState]:
-    """Rebuild channel values from fetched entries.
+    """Rebuild channel values at `schema_version` from fetched entries.
 
-    `absent` lists keys known not to exist anywhere: like LangGraph's own savers, a
-    channel whose version has no stored value is left out of `channel_values`.
-    Raises `MissingBlobs` with the keys still to fetch.
+    Each entry is stored at the schema version of the code that wrote it; an append
+    written after a migration extends its base lifted to the append's version, so a
+    value is lifted step by step and never twice. `absent` lists keys known not to
+    exist: like LangGraph's own savers, a channel whose version has no stored value is
+    left out. Raises `MissingBlobs` with the keys still to fetch.
     """
     absent_keys = set(absent)
     values: dict[str, Any] = {}
     state: ChannelState = {}
     missing: set[str] = set()
     for channel, version in channel_versions.items():
-        key = blob_key(channel, version)
+        key = heads.get(channel) or blob_key(channel, version)
         chain: list[Mapping[str, Any]] = []
         cursor: str | None = key
         while cursor is not None:
@@ -195,6 +238,11 @@ def resolve_values(
             if entry is None:
                 if cursor not in absent_keys:
                     missing.add(cursor)
+                elif chain:
+                    raise CorruptDocumentError(
+                        f"channel {channel!r} at version {version!r}: stored value "
+                        f"{cursor!r} of its append chain is missing"
+                    )
                 break
             chain.append(entry)
             cursor = entry.get("prev") if entry.get("kind") == "append" else None
@@ -207,11 +255,18 @@ def resolve_values(
             continue
         what = f"channel {channel!r} at version {version!r}"
         value = load_typed(serde, base, what)
+        at = base.get("sv", schema_version)
+        name = base["c"]
         base_bytes = len(base["d"])
         appended_bytes = 0
         for link in chain[1:]:
+            link_sv = link.get("sv", at)
+            if link_sv > at:
+                (name, value), at = lift(name, value, at, link_sv), link_sv
             value = [*value, *load_typed(serde, link, what)]
             appended_bytes += len(link["d"])
+        if at < schema_version:
+            name, value = lift(name, value, at, schema_version)
         values[channel] = value
         state[channel] = StoredChannel(
             version,
