@@ -8,8 +8,9 @@ native asyncio I/O; nothing runs in a thread pool.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import datetime as dt
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from mongo_saver.errors import MongoSaverError
 from mongo_saver.expiry import ExpiryReport, expire_idle_threads, operations_indexes
 from mongo_saver.integrity import DEFAULT_REPAIR_GRACE, IntegrityReport, check_integrity
 from mongo_saver.lease import DEFAULT_TTL, AsyncLease
+from mongo_saver.maintenance import MigrationReport, run_migration, version_status
 from mongo_saver.runners import AsyncRunner
 
 T = TypeVar("T")
@@ -125,6 +127,23 @@ class AsyncMongoSaver(BaseMongoSaver):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._run(self._runner.run(self.core.prune(thread_ids, strategy)))
+
+    async def migration_status(self) -> builtins.list[dict[str, Any]]:
+        """Documents per collection, storage format and schema version."""
+        return await self._run(self._runner.run(version_status(self.core)))
+
+    async def migrate(
+        self,
+        *,
+        batch_size: int = 100,
+        dry_run: bool = False,
+        on_checkpoint: Callable[[], None] = lambda: None,
+        on_thread: Callable[[str], None] = lambda _: None,
+    ) -> MigrationReport:
+        """Upgrade every outdated checkpoint now instead of on its next read; resumable."""
+        plan = run_migration(self.core, batch_size=batch_size, dry_run=dry_run,
+                             on_checkpoint=on_checkpoint, on_thread=on_thread)
+        return await self._run(self._runner.run(plan))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,6 +22,7 @@ from mongo_saver.base import BaseMongoSaver
 from mongo_saver.expiry import ExpiryReport, expire_idle_threads, operations_indexes
 from mongo_saver.integrity import DEFAULT_REPAIR_GRACE, IntegrityReport, check_integrity
 from mongo_saver.lease import DEFAULT_TTL, Lease
+from mongo_saver.maintenance import MigrationReport, run_migration, version_status
 from mongo_saver.runners import SyncRunner
 
 
@@ -103,6 +105,23 @@ class MongoSaver(BaseMongoSaver):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._runner.run(self.core.prune(thread_ids, strategy))
+
+    def migration_status(self) -> builtins.list[dict[str, Any]]:
+        """Documents per collection, storage format and schema version."""
+        return self._runner.run(version_status(self.core))
+
+    def migrate(
+        self,
+        *,
+        batch_size: int = 100,
+        dry_run: bool = False,
+        on_checkpoint: Callable[[], None] = lambda: None,
+        on_thread: Callable[[str], None] = lambda _: None,
+    ) -> MigrationReport:
+        """Upgrade every outdated checkpoint now instead of on its next read; resumable."""
+        plan = run_migration(self.core, batch_size=batch_size, dry_run=dry_run,
+                             on_checkpoint=on_checkpoint, on_thread=on_thread)
+        return self._runner.run(plan)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

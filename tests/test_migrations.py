@@ -262,3 +262,55 @@ def test_concurrent_readers_end_with_one_consistent_upgraded_thread(
         ("checkpoints", 2), ("checkpoint_writes", 2)}
     final = v2_graph(MongoSaver(sync_client, db_name=db_name, migrations=demo_migrations()))
     assert [contents(s.values) for s in final.get_state_history(cfg(thread))] == results[0]
+
+
+# --- eager migration ----------------------------------------------------------------------
+
+
+class Crash(Exception):
+    pass
+
+
+def test_eager_migration_dry_run_status_and_resume_after_crash(
+    make_sync_saver: Any, sync_client: MongoClient[Any], db_name: str
+) -> None:
+    from langgraph.checkpoint.mongodb import MongoDBSaver
+
+    threads = sorted(uuid.uuid4().hex for _ in range(3))
+    v1 = v1_graph(make_sync_saver())
+    for thread in threads[:2]:
+        v1_thread_with_failed_run(v1, thread)
+    v1_thread_with_failed_run(v1_graph(MongoDBSaver(sync_client, db_name=db_name)), threads[2])
+    saver = make_sync_saver(migrations=demo_migrations())
+    before = [raw_docs(sync_client, db_name, t) for t in threads]
+    total = sum(len(docs[0]) for docs in before)
+
+    dry = saver.migrate(dry_run=True)
+    assert (dry.dry_run, dry.threads, dry.checkpoints, dry.failures) == (True, 3, total, [])
+    assert [raw_docs(sync_client, db_name, t) for t in threads] == before
+
+    status = {(r["collection"], r["format"], r["schema_version"]): r["documents"]
+              for r in saver.migration_status()}
+    assert status[("checkpoints", 0, 1)] == len(before[2][0])
+    assert status[("checkpoints", 1, 1)] == len(before[0][0]) + len(before[1][0])
+
+    def crash_on_second(thread: str) -> None:
+        if thread == threads[1]:
+            raise Crash
+
+    with pytest.raises(Crash):
+        saver.migrate(on_thread=crash_on_second)
+    assert versions_in_db(sync_client, db_name, threads[0]) == {
+        ("checkpoints", 2), ("checkpoint_writes", 2)}
+    first_after_crash = raw_docs(sync_client, db_name, threads[0])
+
+    resumed = saver.migrate(batch_size=1)
+    assert (resumed.threads, resumed.failures) == (2, [])
+    assert raw_docs(sync_client, db_name, threads[0]) == first_after_crash  # not redone
+    for thread in threads:
+        assert versions_in_db(sync_client, db_name, thread) == {
+            ("checkpoints", 2), ("checkpoint_writes", 2)}
+    status = {(r["collection"], r["format"], r["schema_version"]) for r in saver.migration_status()}
+    assert status == {("checkpoints", 1, 2), ("checkpoint_writes", 1, 2)}
+    v2 = v2_graph(saver)
+    assert v2.invoke(None, cfg(threads[2]))["messages"][-1].content == "4 docs"
