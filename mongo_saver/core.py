@@ -53,6 +53,8 @@ from mongo_saver.values import (
     ChannelState,
     MissingBlobs,
     StateCache,
+    StoredChannel,
+    known_values,
     plan_values,
     resolve_values,
 )
@@ -264,8 +266,12 @@ class SaverCore:
 
     # --- reading -------------------------------------------------------------------------
 
-    def _blob_lookup(self) -> Document:
-        """`$lookup` stage fetching, per checkpoint, the value entries its state needs."""
+    def _blob_lookup(self, skip: Sequence[str] = ()) -> Document:
+        """`$lookup` stage fetching, per checkpoint, the value entries its state needs,
+        except `skip`: keys whose values this process already holds decoded."""
+        wanted: Document = {"$in": ["$$this.k", "$$keys"]}
+        if skip:
+            wanted = {"$and": [wanted, {"$not": [{"$in": ["$$this.k", {"$literal": list(skip)}]}]}]}
         return {
             "$lookup": {
                 "from": self.checkpoints,
@@ -280,7 +286,7 @@ class SaverCore:
                     # Newest last, so that if a version was stored twice the latest wins.
                     {"$sort": {"checkpoint_id": 1}},
                     {"$project": {"_id": 0, "values": {"$filter": {
-                        "input": "$values", "cond": {"$in": ["$$this.k", "$$keys"]},
+                        "input": "$values", "cond": wanted,
                     }}}},
                 ],
                 "as": "blob_docs",
@@ -321,23 +327,33 @@ class SaverCore:
             }
         }
 
-    def read_pipeline(self, match: Mapping[str, Any], limit: int | None) -> list[Document]:
+    def read_pipeline(
+        self, match: Mapping[str, Any], limit: int | None, skip: Sequence[str] = ()
+    ) -> list[Document]:
         """One aggregation returning checkpoints newest first, with values and writes."""
         pipeline: list[Document] = [{"$match": dict(match)}, {"$sort": {"checkpoint_id": -1}}]
         if limit is not None:
             pipeline.append({"$limit": limit})
-        pipeline += [self._blob_lookup(), self._writes_lookup(), {"$project": {"values": 0}}]
+        pipeline += [self._blob_lookup(skip), self._writes_lookup(), {"$project": {"values": 0}}]
         return pipeline
+
+    def _known(self, match: Mapping[str, Any]) -> tuple[dict[str, StoredChannel], list[str]]:
+        """Values already held for the one thread namespace a read targets, if any."""
+        thread_id, checkpoint_ns = match.get("thread_id"), match.get("checkpoint_ns")
+        if not isinstance(thread_id, str) or not isinstance(checkpoint_ns, str):
+            return {}, []
+        return known_values(self.cache.latest(thread_id, checkpoint_ns))
 
     def get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
         target = target_of(config)
         match: Document = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
         if target.checkpoint_id is not None:
             match["checkpoint_id"] = target.checkpoint_id
-        found = yield Aggregate(self.checkpoints, self.read_pipeline(match, 1))
+        known, skip = self._known(match)
+        found = yield Aggregate(self.checkpoints, self.read_pipeline(match, 1, skip))
         if not found:
             return None
-        return (yield from self.tuple_from_document(found[0]))
+        return (yield from self.tuple_from_document(found[0], known))
 
     def list_checkpoints(
         self,
@@ -375,14 +391,18 @@ class SaverCore:
                 raise InvalidInputError(f"limit must be an int, got {limit!r}")
             if limit <= 0:
                 return
-        batch = min(limit or STREAM_BATCH, STREAM_BATCH)
-        cursor = yield OpenCursor(Aggregate(self.checkpoints, self.read_pipeline(match, limit)),
-                                  batch)
+        # One more than the limit lets the server close the cursor in its first reply.
+        batch = min(limit + 1, STREAM_BATCH) if limit else STREAM_BATCH
+        known, skip = self._known(match)
+        pipeline = self.read_pipeline(match, limit, skip)
+        cursor = yield OpenCursor(Aggregate(self.checkpoints, pipeline), batch)
         while found := (yield NextBatch(cursor, batch)):
             for doc in found:
-                yield Emit((yield from self.tuple_from_document(doc)))
+                yield Emit((yield from self.tuple_from_document(doc, known)))
 
-    def tuple_from_document(self, stored: Document) -> Plan[CheckpointTuple]:
+    def tuple_from_document(
+        self, stored: Document, known: Mapping[str, StoredChannel] | None = None
+    ) -> Plan[CheckpointTuple]:
         """Decode one aggregated checkpoint; upgrade (and write back) an old one."""
         up = self.upgrader
         doc, was_legacy = up.normalize(stored)
@@ -390,7 +410,9 @@ class SaverCore:
         entries.update((e["k"], e) for e in doc.get("values", []))
         version = doc["schema_version"]
         ctx = MigrationContext(doc["thread_id"], doc["checkpoint_id"])
-        values, state = yield from self._resolve(doc, entries, version, ctx)
+        current = version == up.current_schema_version
+        values, state = yield from self._resolve(doc, entries, version, ctx,
+                                                 known if current else None)
         thread_id, checkpoint_ns = doc["thread_id"], doc["checkpoint_ns"]
         checkpoint_id = doc["checkpoint_id"]
         checkpoint = docs_.checkpoint_from_header(
@@ -425,6 +447,7 @@ class SaverCore:
         entries: dict[str, Document],
         schema_version: int,
         ctx: MigrationContext,
+        known: Mapping[str, StoredChannel] | None = None,
     ) -> Plan[tuple[dict[str, Any], ChannelState]]:
         """Rebuild channel values, fetching chains this document could not name itself."""
         versions = docs_.channel_versions_of(doc)
@@ -434,7 +457,8 @@ class SaverCore:
         for _ in range(_MAX_RESOLVE_ROUNDS):
             try:
                 return resolve_values(self.serde, versions, heads, entries,
-                                      schema_version=schema_version, lift=lift, absent=absent)
+                                      schema_version=schema_version, lift=lift, absent=absent,
+                                      known=known)
             except MissingBlobs as missing:
                 scope = {"thread_id": doc["thread_id"], "checkpoint_ns": doc["checkpoint_ns"]}
                 fetched = yield Aggregate(

@@ -82,6 +82,27 @@ class UpdateOne_:
 
 
 @dataclass(frozen=True, slots=True)
+class FindOneAndUpdate:
+    """`find_one_and_update` returning the document after the update, or None.
+
+    With `upsert`, a duplicate-key error means the filter matched nothing while a
+    document with the same `_id` exists (a held lease): the result is None then too.
+    """
+
+    collection: str
+    filter: Mapping[str, Any]
+    update: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    upsert: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Not I/O: wait `seconds` (`time.sleep` or `asyncio.sleep`, as the runner is)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteMany:
     """`delete_many`; the result is the number of deleted documents."""
 
@@ -102,7 +123,9 @@ class Emit:
     item: Any
 
 
-Op = Find | Aggregate | OpenCursor | NextBatch | BulkWrite | UpdateOne_ | DeleteMany
-Op = Op | CreateIndexes | Emit
+Op = (
+    Find | Aggregate | OpenCursor | NextBatch | BulkWrite | UpdateOne_ | FindOneAndUpdate
+    | DeleteMany | CreateIndexes | Sleep | Emit
+)
 R = TypeVar("R")
 Plan = Generator[Op, Any, R]

@@ -8,11 +8,14 @@ is a coroutine) it awaits whatever is awaitable.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
-from pymongo.errors import BulkWriteError
+from pymongo import ReturnDocument
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from mongo_saver.ops import (
     Aggregate,
@@ -21,15 +24,19 @@ from mongo_saver.ops import (
     DeleteMany,
     Emit,
     Find,
+    FindOneAndUpdate,
     NextBatch,
     Op,
     OpenCursor,
     Plan,
+    Sleep,
     UpdateOne_,
 )
 
 R = TypeVar("R")
 _DUPLICATE_KEY = 11000
+WHOLE_BATCH = 100_000
+"""Batch size of queries read whole: one reply, up to the server's 16 MB batch limit."""
 
 
 def _only_duplicates(error: BulkWriteError) -> bool:
@@ -81,9 +88,11 @@ class SyncRunner:
         db = self.database
         match op:
             case Find():
-                return list(db[op.collection].find(op.filter, **_find_kwargs(op)))
+                return list(db[op.collection].find(op.filter, batch_size=WHOLE_BATCH,
+                                                   **_find_kwargs(op)))
             case Aggregate():
-                return list(db[op.collection].aggregate(list(op.pipeline)))
+                return list(db[op.collection].aggregate(list(op.pipeline),
+                                                        batchSize=WHOLE_BATCH))
             case OpenCursor(query=Find() as q):
                 cursor = db[q.collection].find(q.filter, batch_size=op.batch_size,
                                                **_find_kwargs(q))
@@ -105,6 +114,19 @@ class SyncRunner:
             case UpdateOne_():
                 return db[op.collection].update_one(op.filter, op.update,
                                                     upsert=op.upsert).matched_count
+            case FindOneAndUpdate():
+                try:
+                    return db[op.collection].find_one_and_update(
+                        op.filter, op.update, upsert=op.upsert,
+                        return_document=ReturnDocument.AFTER,
+                    )
+                except DuplicateKeyError:
+                    if op.upsert:
+                        return None
+                    raise
+            case Sleep():
+                time.sleep(op.seconds)
+                return None
             case DeleteMany():
                 return db[op.collection].delete_many(op.filter).deleted_count
             case CreateIndexes():
@@ -151,10 +173,13 @@ class AsyncRunner:
         db = self.database
         match op:
             case Find():
-                cursor = db[op.collection].find(op.filter, **_find_kwargs(op))
+                cursor = db[op.collection].find(op.filter, batch_size=WHOLE_BATCH,
+                                                **_find_kwargs(op))
                 return await cursor.to_list(None)
             case Aggregate():
-                cursor = await _maybe_await(db[op.collection].aggregate(list(op.pipeline)))
+                cursor = await _maybe_await(
+                    db[op.collection].aggregate(list(op.pipeline), batchSize=WHOLE_BATCH)
+                )
                 return await cursor.to_list(None)
             case OpenCursor(query=Find() as q):
                 cursor = db[q.collection].find(q.filter, batch_size=op.batch_size,
@@ -180,6 +205,19 @@ class AsyncRunner:
                 result = await db[op.collection].update_one(op.filter, op.update,
                                                             upsert=op.upsert)
                 return result.matched_count
+            case FindOneAndUpdate():
+                try:
+                    return await db[op.collection].find_one_and_update(
+                        op.filter, op.update, upsert=op.upsert,
+                        return_document=ReturnDocument.AFTER,
+                    )
+                except DuplicateKeyError:
+                    if op.upsert:
+                        return None
+                    raise
+            case Sleep():
+                await asyncio.sleep(op.seconds)
+                return None
             case DeleteMany():
                 return (await db[op.collection].delete_many(op.filter)).deleted_count
             case CreateIndexes():

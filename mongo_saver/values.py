@@ -53,6 +53,28 @@ class StoredChannel:
     stale: bool = False
     """The stored chain cannot be lifted to the current schema (a raw migration step lies
     between): the next checkpoint stores this channel in full."""
+    scalar: Any = ...
+    """The value itself when it is immutable (str, number, bool, bytes, None); `...` else."""
+
+    def known_value(self) -> Any:
+        """The decoded value this process holds for `key`, or `UNKNOWN`."""
+        if self.stale:
+            return UNKNOWN
+        if self.items is not None:
+            return list(self.items)
+        return self.scalar if self.scalar is not ... else UNKNOWN
+
+
+class _Unknown:
+    pass
+
+
+UNKNOWN: Any = _Unknown()
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))
+
+
+def _immutable(value: Any) -> bool:
+    return isinstance(value, _IMMUTABLE)
 
 
 ChannelState = dict[str, StoredChannel]
@@ -61,13 +83,31 @@ Lift = Callable[[str, Any, int, int], tuple[str, Any]]
 migrated."""
 
 
+def known_values(state: ChannelState) -> tuple[dict[str, StoredChannel], list[str]]:
+    """Channels whose decoded value this process holds, by head key, and every key
+    they make unnecessary to fetch."""
+    # Only our own string versions are unique per write; integer versions may be reused.
+    known = {
+        s.key: s
+        for s in state.values()
+        if isinstance(s.version, str) and s.known_value() is not UNKNOWN
+    }
+    return known, sorted({k for s in known.values() for k in s.chain})
+
+
 class StateCache:
     """Bounded LRU of the channel state of recently written or read checkpoints."""
 
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries
         self._entries: OrderedDict[tuple[str, str, str], ChannelState] = OrderedDict()
+        self._latest: OrderedDict[tuple[str, str], ChannelState] = OrderedDict()
         self._lock = threading.Lock()
+
+    def latest(self, thread_id: str, checkpoint_ns: str) -> ChannelState:
+        """The state this process last wrote or read in a thread namespace (or empty)."""
+        with self._lock:
+            return self._latest.get((thread_id, checkpoint_ns), {})
 
     def get(self, key: tuple[str, str, str]) -> ChannelState | None:
         with self._lock:
@@ -84,11 +124,18 @@ class StateCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)
+            scope = key[:2]
+            self._latest[scope] = state
+            self._latest.move_to_end(scope)
+            while len(self._latest) > self._max:
+                self._latest.popitem(last=False)
 
     def discard_thread(self, thread_id: str) -> None:
         with self._lock:
             for key in [k for k in self._entries if k[0] == thread_id]:
                 del self._entries[key]
+            for scope in [k for k in self._latest if k[0] == thread_id]:
+                del self._latest[scope]
 
 
 def _extends(old: tuple[Any, ...], new: list[Any]) -> bool:
@@ -195,6 +242,7 @@ def _full_entry(
         tuple(value) if isinstance(value, list) else None,
         len(payload["d"]),
         0,
+        scalar=value if _immutable(value) else ...,
     )
     return entry, stored
 
@@ -216,66 +264,77 @@ def resolve_values(
     schema_version: int,
     lift: Lift,
     absent: Iterable[str] = (),
+    known: Mapping[str, StoredChannel] | None = None,
 ) -> tuple[dict[str, Any], ChannelState]:
     """Rebuild channel values at `schema_version` from fetched entries.
 
     Each entry is stored at the schema version of the code that wrote it; an append
     written after a migration extends its base lifted to the append's version, so a
-    value is lifted step by step and never twice. `absent` lists keys known not to
-    exist: like LangGraph's own savers, a channel whose version has no stored value is
-    left out. Raises `MissingBlobs` with the keys still to fetch.
+    value is lifted step by step and never twice. `known` holds values this process
+    already decoded (at the current schema) by key: a chain stops there, so a growing
+    list costs only its new items. `absent` lists keys known not to exist: like
+    LangGraph's own savers, a channel whose version has no stored value is left out.
+    Raises `MissingBlobs` with the keys still to fetch.
     """
     absent_keys = set(absent)
+    known = known or {}
     values: dict[str, Any] = {}
     state: ChannelState = {}
     missing: set[str] = set()
     for channel, version in channel_versions.items():
         key = heads.get(channel) or blob_key(channel, version)
-        chain: list[Mapping[str, Any]] = []
+        links: list[Mapping[str, Any]] = []  # newest first
         cursor: str | None = key
-        while cursor is not None:
+        while cursor is not None and cursor not in known:
             entry = entries.get(cursor)
             if entry is None:
                 if cursor not in absent_keys:
                     missing.add(cursor)
-                elif chain:
+                elif links:
                     raise CorruptDocumentError(
                         f"channel {channel!r} at version {version!r}: stored value "
                         f"{cursor!r} of its append chain is missing"
                     )
                 break
-            chain.append(entry)
+            links.append(entry)
             cursor = entry.get("prev") if entry.get("kind") == "append" else None
-        if cursor is not None:  # incomplete chain: fetched later, or absent
-            continue
-        chain.reverse()
-        base = chain[0]
-        if base.get("kind") == "empty":
+        if cursor is not None and cursor not in known:
+            continue  # incomplete chain: fetched later, or absent
+        links.reverse()
+        if links and links[0].get("kind") == "empty":
             state[channel] = StoredChannel(version, key, (key,))
             continue
         what = f"channel {channel!r} at version {version!r}"
-        value = load_typed(serde, base, what)
-        at = base.get("sv", schema_version)
-        name = base["c"]
-        base_bytes = len(base["d"])
-        appended_bytes = 0
-        for link in chain[1:]:
+        if cursor is not None:  # the chain reached a value this process holds
+            held = known[cursor]
+            value, at, name = held.known_value(), schema_version, channel
+            chain_keys: tuple[str, ...] = held.chain
+            base_bytes, appended_bytes = held.base_bytes, held.appended_bytes
+        else:
+            base, links = links[0], links[1:]
+            value = load_typed(serde, base, what)
+            at, name = base.get("sv", schema_version), base["c"]
+            chain_keys = (base["k"],)
+            base_bytes, appended_bytes = len(base["d"]), 0
+        for link in links:
             link_sv = link.get("sv", at)
             if link_sv > at:
                 (name, value), at = lift(name, value, at, link_sv), link_sv
             value = [*value, *load_typed(serde, link, what)]
             appended_bytes += len(link["d"])
+            chain_keys += (link["k"],)
         if at < schema_version:
             name, value = lift(name, value, at, schema_version)
         values[channel] = value
         state[channel] = StoredChannel(
             version,
             key,
-            tuple(e["k"] for e in chain),
-            len(chain) - 1,
+            chain_keys,
+            len(chain_keys) - 1,
             tuple(value) if isinstance(value, list) else None,
             base_bytes,
             appended_bytes,
+            scalar=value if _immutable(value) else ...,
         )
     if missing:
         raise MissingBlobs(missing)
