@@ -271,7 +271,8 @@ class SaverCore:
         except `skip`: keys whose values this process already holds decoded."""
         wanted: Document = {"$in": ["$$this.k", "$$keys"]}
         if skip:
-            wanted = {"$and": [wanted, {"$not": [{"$in": ["$$this.k", {"$literal": list(skip)}]}]}]}
+            held = {"$indexOfArray": [{"$literal": list(skip)}, "$$this.k"]}
+            wanted = {"$and": [wanted, {"$lt": [held, 0]}]}
         return {
             "$lookup": {
                 "from": self.checkpoints,

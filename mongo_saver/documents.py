@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -102,20 +103,27 @@ def unescape_keys(mapping: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def dump_typed(serde: SerializerProtocol, value: Any, what: str) -> dict[str, Any]:
-    """Serialize `value` as `{t, d}`, naming `what` if the serializer refuses it."""
+    """Serialize `value` as `{t, d, h}`, naming `what` if the serializer refuses it.
+
+    `h` is a CRC-32 of the bytes: a damaged payload can still decode (a flipped byte
+    in msgpack is often another valid value), so only a checksum makes it loud.
+    """
     try:
         type_, data = serde.dumps_typed(value)
     except Exception as exc:  # the serializer's own error types vary
         raise InvalidInputError(
             f"cannot serialize {what} (a {type(value).__name__}): {exc}"
         ) from exc
-    return {"t": type_, "d": data}
+    return {"t": type_, "d": data, "h": zlib.crc32(data)}
 
 
 def load_typed(serde: SerializerProtocol, payload: Mapping[str, Any], what: str) -> Any:
-    """Deserialize a `{t, d}` payload, raising `CorruptDocumentError` naming `what`."""
+    """Deserialize a `{t, d[, h]}` payload, raising `CorruptDocumentError` naming `what`."""
     try:
-        return serde.loads_typed((payload["t"], bytes(payload["d"])))
+        data = bytes(payload["d"])
+        if "h" in payload and zlib.crc32(data) != payload["h"]:
+            raise ValueError("checksum mismatch: the stored bytes were changed or damaged")
+        return serde.loads_typed((payload["t"], data))
     except Exception as exc:
         raise CorruptDocumentError(f"cannot decode {what}: {exc}") from exc
 

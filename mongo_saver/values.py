@@ -316,6 +316,10 @@ def resolve_values(
             at, name = base.get("sv", schema_version), base["c"]
             chain_keys = (base["k"],)
             base_bytes, appended_bytes = len(base["d"]), 0
+        if links and not isinstance(value, list):
+            raise CorruptDocumentError(
+                f"{what}: an append chain starts from a {type(value).__name__}, not a list"
+            )
         for link in links:
             link_sv = link.get("sv", at)
             if link_sv > at:
