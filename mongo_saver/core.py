@@ -99,7 +99,9 @@ def next_version(current: str | int | float | None) -> str | int:
     if isinstance(current, (int, float)):
         return int(current) + 1
     number = 0 if current is None else int(current.split(".")[0])
-    return f"{number + 1:032}.{random.random():016}"
+    # Fixed width keeps string order equal to numeric order; the random part (1 in 10^10
+    # to collide) keeps two runs racing from the same checkpoint apart.
+    return f"{number + 1:016}.{random.randrange(10**10):010}"
 
 
 def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> list[Sequence[Any]]:
@@ -177,7 +179,7 @@ class SaverCore:
             if target.checkpoint_id
             else None
         )
-        entries, blob_keys, heads, state = plan_values(
+        planned = plan_values(
             self.serde,
             thread_id=target.thread_id,
             channel_values=checkpoint.get("channel_values", {}),
@@ -202,15 +204,17 @@ class SaverCore:
             "metadata": docs_.metadata_to_bson(
                 self.serde, get_serializable_checkpoint_metadata(config, metadata)
             ),
-            "values": entries,
-            "blob_keys": blob_keys,
+            "values": planned.entries,
+            "blob_keys": planned.blob_keys,
         }
-        if heads:
-            doc["heads"] = docs_.escape_keys(heads, "channel")
+        if planned.heads:
+            doc["heads"] = docs_.escape_keys(planned.heads, "channel")
+        if planned.empty:
+            doc["empty"] = planned.empty
         doc["size"] = len(bson.encode(doc))
         self._warn_if_large(doc)
         yield BulkWrite(self.checkpoints, [ReplaceOne(identity, doc, upsert=True)])
-        self.cache.put((target.thread_id, target.checkpoint_ns, checkpoint_id), state)
+        self.cache.put((target.thread_id, target.checkpoint_ns, checkpoint_id), planned.state)
         return {
             "configurable": {
                 "thread_id": target.thread_id,
@@ -287,14 +291,16 @@ class SaverCore:
                     # Newest last, so that if a version was stored twice the latest wins.
                     {"$sort": {"checkpoint_id": 1}},
                     {"$project": {"_id": 0, "values": {"$filter": {
-                        "input": "$values", "cond": wanted,
+                        "input": {"$ifNull": ["$values", []]}, "cond": wanted,
                     }}}},
                 ],
                 "as": "blob_docs",
             }
         }
 
-    def _holders_pipeline(self, scope: Mapping[str, str], keys: list[str]) -> list[Document]:
+    def _holders_pipeline(
+        self, scope: Mapping[str, str], keys: list[str], skip: Sequence[str] = ()
+    ) -> list[Document]:
         """Value entries for `keys`, with every entry their append chains need.
 
         A holder's own `blob_keys` name its chains; entries moved into it by `prune` are
@@ -304,7 +310,7 @@ class SaverCore:
             {"$match": {**scope, "values.k": {"$in": keys}}},
             {"$project": {"thread_id": 1, "checkpoint_ns": 1,
                           "blob_keys": {"$setUnion": ["$blob_keys", {"$literal": keys}]}}},
-            self._blob_lookup(),
+            self._blob_lookup(skip),
         ]
 
     def _writes_lookup(self) -> Document:
@@ -335,7 +341,7 @@ class SaverCore:
         pipeline: list[Document] = [{"$match": dict(match)}, {"$sort": {"checkpoint_id": -1}}]
         if limit is not None:
             pipeline.append({"$limit": limit})
-        pipeline += [self._blob_lookup(skip), self._writes_lookup(), {"$project": {"values": 0}}]
+        pipeline += [self._blob_lookup(skip), self._writes_lookup()]
         return pipeline
 
     def _known(self, match: Mapping[str, Any]) -> tuple[dict[str, StoredChannel], list[str]]:
@@ -407,7 +413,7 @@ class SaverCore:
         """Decode one aggregated checkpoint; upgrade (and write back) an old one."""
         up = self.upgrader
         doc, was_legacy = up.normalize(stored)
-        entries = {e["k"]: e for found in doc.get("blob_docs", []) for e in found["values"]}
+        entries = {e["k"]: e for found in doc.get("blob_docs", []) for e in found["values"] or ()}
         entries.update((e["k"], e) for e in doc.get("values", []))
         version = doc["schema_version"]
         ctx = MigrationContext(doc["thread_id"], doc["checkpoint_id"])
@@ -419,14 +425,18 @@ class SaverCore:
         checkpoint = docs_.checkpoint_from_header(
             self.serde, doc["checkpoint"], checkpoint_id, values
         )
-        if was_legacy or up.needs_upgrade(stored):
+        upgraded_now = was_legacy or up.needs_upgrade(stored)
+        if upgraded_now:
             upgraded = up.upgrade(doc, checkpoint, state, was_legacy, stored.get("_id"))
             yield from upgraded.write_back
             checkpoint, pending = upgraded.checkpoint, upgraded.pending_writes
             state = upgraded.state
         else:
             pending = [docs_.write_from_document(self.serde, w) for w in doc.get("pending", [])]
-        self.cache.put((thread_id, checkpoint_ns, checkpoint_id), state)
+        if upgraded_now:
+            self.cache.put((thread_id, checkpoint_ns, checkpoint_id), state)
+        else:
+            self.cache.remember((thread_id, checkpoint_ns, checkpoint_id), state)
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
@@ -458,6 +468,7 @@ class SaverCore:
         for _ in range(_MAX_RESOLVE_ROUNDS):
             try:
                 return resolve_values(self.serde, versions, heads, entries,
+                                      empty=doc.get("empty") or (),
                                       schema_version=schema_version, lift=lift, absent=absent,
                                       known=known)
             except MissingBlobs as missing:
@@ -496,7 +507,7 @@ class SaverCore:
             {**scope, **({"checkpoint_id": id_bound} if id_bound else {})},
             projection={"_id": 0, "checkpoint_id": 1, "parent_checkpoint_id": 1,
                         "checkpoint.channel_versions": 1, "values.k": 1, "values.kind": 1,
-                        "heads": 1, "schema_version": 1, "format": 1, "type": 1},
+                        "heads": 1, "empty": 1, "schema_version": 1, "format": 1, "type": 1},
             sort=[("checkpoint_id", DESCENDING)],
         )
         walk = AncestorWalk(channels, target.checkpoint_id, self.upgrader.current_header)
@@ -511,7 +522,8 @@ class SaverCore:
                     break
         if not walk.path:
             return {ch: {"writes": []} for ch in channels}
-        wanted_keys = sorted({*walk.seed_keys.values(), *walk.pending_keys()})
+        known, skip = self._known(scope)
+        wanted_keys = sorted({*walk.seed_keys.values(), *walk.pending_keys()} - known.keys())
         names = sorted({n for ch in channels
                         for n in self.upgrader.migrations.historical_names(ch, 1)})
         pipeline: list[Document] = [
@@ -522,7 +534,7 @@ class SaverCore:
         if wanted_keys:
             pipeline.append({"$unionWith": {
                 "coll": self.checkpoints,
-                "pipeline": self._holders_pipeline(scope, wanted_keys),
+                "pipeline": self._holders_pipeline(scope, wanted_keys, skip),
             }})
         found = yield Aggregate(self.writes, pipeline)
         ctx = MigrationContext(target.thread_id, target.checkpoint_id or "(latest)")
@@ -532,7 +544,7 @@ class SaverCore:
                 writes.append((doc["checkpoint_id"], write))
         entries = {e["k"]: e for d in found if "blob_docs" in d
                    for holder in d["blob_docs"] for e in holder["values"]}
-        walk.finish({k: e.get("kind", "full") for k, e in entries.items()})
+        walk.finish({**{k: "full" for k in known}, **{k: "full" for k in entries}})
         seeds: dict[str, Any] = {}
         if walk.seed_keys:
             seed_doc = {**scope, "checkpoint_id": target.checkpoint_id or "(latest)",
@@ -540,7 +552,7 @@ class SaverCore:
                             {ch: walk.seed_versions[ch] for ch in walk.seed_keys}, "channel")},
                         "heads": docs_.escape_keys(walk.seed_keys, "channel")}
             seeds, _ = yield from self._resolve(
-                seed_doc, entries, self.upgrader.current_schema_version, ctx
+                seed_doc, entries, self.upgrader.current_schema_version, ctx, known
             )
         return walk.result(writes, seeds)
 
@@ -648,7 +660,8 @@ class SaverCore:
                 match,
                 projection={"_id": 1, "thread_id": 1, "checkpoint_ns": 1, "checkpoint_id": 1,
                             "parent_checkpoint_id": 1, "checkpoint.channel_versions": 1,
-                            "blob_keys": 1, "values.k": 1, "values.kind": 1,
+                            "blob_keys": 1, "heads": 1, "empty": 1, "values.k": 1,
+                            "values.kind": 1,
                             "values.prev": 1, "metadata.run_id": 1,
                             f"metadata.{DELTA_COUNTERS}": 1},
             ),

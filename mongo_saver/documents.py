@@ -267,6 +267,26 @@ def channel_versions_of(doc: Mapping[str, Any]) -> ChannelVersions:
     return unescape_keys(doc["checkpoint"].get("channel_versions", {}))
 
 
+def head_keys(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Channel -> key of its value entry, for every channel with a stored value."""
+    versions = channel_versions_of(doc)
+    heads = unescape_keys(doc.get("heads") or {})
+    empty = set(doc.get("empty") or ())
+    return {ch: heads.get(ch) or blob_key(ch, v) for ch, v in versions.items() if ch not in empty}
+
+
+def value_kinds(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Key -> "full" or "append" for the entries a document holds, and "empty" for the
+    versions it names as having no stored value."""
+    versions = channel_versions_of(doc)
+    heads = unescape_keys(doc.get("heads") or {})
+    kinds = {e["k"]: e.get("kind", "full") for e in doc.get("values") or ()}
+    for ch in doc.get("empty") or ():
+        if ch in versions:
+            kinds[heads.get(ch) or blob_key(ch, versions[ch])] = "empty"
+    return kinds
+
+
 def blob_key(channel: str, version: str | int | float) -> str:
     """Identify one stored version of one channel within a thread and namespace.
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
+from mongo_saver.documents import value_kinds
+
 Document = dict[str, Any]
 Header = Callable[[Mapping[str, Any]], tuple[dict[str, Any], dict[str, str]]]
 """A skeleton's channel versions and head keys, under the current channel names."""
@@ -43,8 +45,8 @@ class AncestorWalk:
         return not self.remaining or (self.path_ended and not self.pending)
 
     def visit(self, doc: Mapping[str, Any]) -> None:
-        for entry in doc.get("values", []):
-            self.kinds.setdefault(entry["k"], entry.get("kind", "full"))
+        for key, kind in value_kinds(doc).items():
+            self.kinds.setdefault(key, kind)
         self._decide_pending(self.kinds)
         if self.path_ended or doc["checkpoint_id"] != (self.want or doc["checkpoint_id"]):
             return

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mongo_saver import documents as docs_
-from mongo_saver.documents import blob_key, require_id, utcnow
+from mongo_saver.documents import require_id, utcnow
 from mongo_saver.ops import Aggregate, DeleteMany, Document, Find, NextBatch, OpenCursor, Plan
 
 if TYPE_CHECKING:
@@ -149,10 +149,8 @@ class _Namespace:
                 self.held.add(key)
             if entry.get("kind") == "append" and isinstance(entry.get("prev"), str):
                 self.needed.setdefault(entry["prev"], checkpoint_id)
-        versions = (doc.get("checkpoint") or {}).get("channel_versions") or {}
-        for channel, version in versions.items():
-            self.needed.setdefault(blob_key(docs_.unescape_field(channel), version),
-                                   checkpoint_id)
+        for key in docs_.head_keys(doc).values():
+            self.needed.setdefault(key, checkpoint_id)
         for key in doc.get("blob_keys") or []:
             self.needed.setdefault(key, checkpoint_id)
 
@@ -210,6 +208,7 @@ def check_integrity(
                  projection={"_id": 0, "checkpoint_ns": 1, "checkpoint_id": 1,
                              "parent_checkpoint_id": 1, "format": 1, "schema_version": 1,
                              "checkpoint.channel_versions": 1, "blob_keys": 1,
+                             "heads": 1, "empty": 1,
                              "values.k": 1, "values.kind": 1, "values.prev": 1}),
             BATCH,
         )

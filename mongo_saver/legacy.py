@@ -80,10 +80,8 @@ def convert_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> dic
             {
                 "k": docs_.blob_key(channel, version),
                 "c": channel,
-                "v": version,
                 "sv": LEGACY_SCHEMA_VERSION,
                 "kind": "full",
-                "depth": 0,
                 **docs_.dump_typed(serde, value, f"channel {channel!r} of {where}"),
             }
         )
@@ -99,7 +97,8 @@ def convert_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> dic
         "checkpoint": docs_.checkpoint_header(serde, checkpoint),
         "metadata": docs_.metadata_to_bson(serde, metadata),
         "values": entries,
-        "blob_keys": sorted(e["k"] for e in entries),
+        "blob_keys": [],  # a legacy checkpoint holds every value it needs itself
+        "empty": [ch for ch in versions if ch not in checkpoint.get("channel_values", {})],
     }
     converted["size"] = len(bson.encode(converted))
     return converted

@@ -41,7 +41,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from mongo_saver.errors import MigrationError
 
-ADDED_CHANNEL_VERSION = f"{1:032}.{0:016}"
+ADDED_CHANNEL_VERSION = f"{1:016}.{0:010}"
 """The version given to a channel that a migration adds; deterministic across readers."""
 
 

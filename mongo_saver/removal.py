@@ -17,7 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mongo_saver.documents import blob_key, channel_versions_of, unescape_field
+from mongo_saver.documents import (
+    blob_key,
+    channel_versions_of,
+    head_keys,
+    unescape_field,
+    unescape_keys,
+    value_kinds,
+)
 
 Document = dict[str, Any]
 Scope = tuple[str, str]  # (thread_id, checkpoint_ns)
@@ -64,8 +71,7 @@ def plan_removal(skeletons: Iterable[Mapping[str, Any]], keep: set[tuple[str, st
 
 def _keys_of(doc: Mapping[str, Any]) -> Iterable[str]:
     yield from doc.get("blob_keys", [])
-    for ch, version in channel_versions_of(doc).items():
-        yield blob_key(ch, version)
+    yield from head_keys(doc).values()
 
 
 def _closure(keys: Iterable[str], prev: Mapping[str, str]) -> set[str]:
@@ -87,7 +93,7 @@ def _delta_ancestors(docs: Mapping[str, Mapping[str, Any]], kept: set[str]) -> s
     other channels stored without a value (consumed triggers such as `__start__`) need
     no history.
     """
-    kinds = {e["k"]: e.get("kind", "full") for d in docs.values() for e in d.get("values", [])}
+    kinds = {k: kind for d in docs.values() for k, kind in value_kinds(d).items()}
     delta_channels = {
         unescape_field(ch)
         for d in docs.values()
@@ -95,19 +101,22 @@ def _delta_ancestors(docs: Mapping[str, Mapping[str, Any]], kept: set[str]) -> s
     }
     extra: set[str] = set()
     for cid in kept:
-        versions = channel_versions_of(docs[cid])
-        waiting = {
-            ch
-            for ch, v in versions.items()
-            if ch in delta_channels and kinds.get(blob_key(ch, v)) == "empty"
-        }
+        heads = _all_heads(docs[cid])
+        waiting = {ch for ch, key in heads.items()
+                   if ch in delta_channels and kinds.get(key, "empty") == "empty"}
         parent: str | None = docs[cid].get("parent_checkpoint_id")
         while waiting and parent is not None and parent in docs:
             extra.add(parent)
-            ancestor_versions = channel_versions_of(docs[parent])
+            ancestor_heads = _all_heads(docs[parent])
             for ch in list(waiting):
-                version = ancestor_versions.get(ch)
-                if version is not None and kinds.get(blob_key(ch, version), "empty") != "empty":
+                key = ancestor_heads.get(ch)
+                if key is not None and kinds.get(key, "empty") != "empty":
                     waiting.discard(ch)
             parent = docs[parent].get("parent_checkpoint_id")
     return extra - kept
+
+
+def _all_heads(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Channel -> the key its version's value would have, stored or not."""
+    heads = unescape_keys(doc.get("heads") or {})
+    return {ch: heads.get(ch) or blob_key(ch, v) for ch, v in channel_versions_of(doc).items()}

@@ -32,7 +32,15 @@ from mongo_saver.migrations import (
     migrate_value,
 )
 from mongo_saver.ops import BulkWrite, Document
-from mongo_saver.values import ChannelState, StoredChannel
+from mongo_saver.values import (
+    IMMUTABLE_TYPES,
+    UNKNOWN,
+    ChannelState,
+    StoredChannel,
+    full_entry,
+    list_items,
+    restate,
+)
 
 
 @dataclass
@@ -213,16 +221,14 @@ class DocumentUpgrader:
             stored = state.get(old) if old is not None else None
             if stored is None:
                 continue
-            value = values.get(name)
-            new_state[name] = StoredChannel(
-                stored.version,
-                heads.get(name, stored.key),
-                stored.chain,
-                stored.depth,
-                tuple(value) if isinstance(value, list) else None,
-                stored.base_bytes,
-                stored.appended_bytes,
-                stored.stale,
+            value = values.get(name, UNKNOWN)
+            items, snapshot = list_items(value)
+            new_state[name] = restate(
+                stored,
+                key=heads.get(name, stored.key),
+                items=tuple(items) if items is not None else None,
+                snapshot=snapshot,
+                scalar=value if isinstance(value, IMMUTABLE_TYPES) else UNKNOWN,
             )
         result: dict[str, Any] = {
             **checkpoint,
@@ -248,23 +254,24 @@ class DocumentUpgrader:
         materialized = []
         for channel, stored in list(upgraded.state.items()):
             if stored.stale and channel in checkpoint["channel_values"]:
-                key = f"{blob_key(channel, stored.version)}@{current}"
-                payload = docs_.dump_typed(self.serde, checkpoint["channel_values"][channel],
-                                           f"channel {channel!r} of thread {ctx.thread_id!r}")
-                materialized.append({"k": key, "c": channel, "v": stored.version, "sv": current,
-                                     "kind": "full", "depth": 0, **payload})
-                value = checkpoint["channel_values"][channel]
-                upgraded.state[channel] = StoredChannel(
-                    stored.version, key, (key,), 0,
-                    tuple(value) if isinstance(value, list) else None, len(payload["d"]), 0)
-        heads = {ch: s.key for ch, s in upgraded.state.items() if s.key != blob_key(ch, s.version)}
-        blob_keys = sorted({k for s in upgraded.state.values() for k in s.chain})
+                entry, upgraded.state[channel] = full_entry(
+                    self.serde, channel, f"{blob_key(channel, stored.version)}@{current}",
+                    checkpoint["channel_values"][channel],
+                    f"channel {channel!r} of thread {ctx.thread_id!r}", current, stored.version,
+                )
+                materialized.append(entry)
+        own = {e["k"] for e in [*doc.get("values", []), *materialized]}
+        state = upgraded.state
         fields = {
             "format": FORMAT_VERSION,
             "schema_version": current,
             "checkpoint": docs_.checkpoint_header(self.serde, checkpoint),
-            "heads": docs_.escape_keys(heads, "channel"),
-            "blob_keys": blob_keys,
+            "heads": docs_.escape_keys(
+                {ch: s.key for ch, s in state.items() if s.key != blob_key(ch, s.version)},
+                "channel",
+            ),
+            "empty": [ch for ch, s in state.items() if s.empty],
+            "blob_keys": sorted({k for s in state.values() for k in s.chain} - own),
         }
         ops: list[BulkWrite] = []
         if was_legacy:
@@ -307,8 +314,7 @@ class DocumentUpgrader:
 
 
 def _stale(stored: StoredChannel) -> StoredChannel:
-    return StoredChannel(stored.version, stored.key, stored.chain, stored.depth, stored.items,
-                         stored.base_bytes, stored.appended_bytes, stale=True)
+    return restate(stored, stale=True)
 
 
 def _old_names(steps: Sequence[MigrationStep], names: list[str]) -> dict[str, str]:

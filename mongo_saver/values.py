@@ -1,17 +1,20 @@
 """Channel values stored once per version, with appends stored as appends.
 
 A checkpoint document carries value entries only for the channels in `new_versions`.
-A list channel that grew by appending (the usual `messages` with `add_messages`, or any
-`operator.add` list) is stored as just the appended items plus the key of the previous
-version; a full copy is written when the chain reaches `full_copy_every` links or the
-appended bytes outgrow the last full copy, so a read never walks far and storage grows
-with what a thread added, not with its length squared. An edited list (a removed or
-replaced item) is always stored in full.
+A list channel that grew by appending (the usual `messages` with `add_messages`, any
+`operator.add` list, or the `_DeltaSnapshot` a `DeltaChannel` writes now and then) is
+stored as just the appended items plus the key of the previous stored value; a full
+copy is written when the chain reaches `full_copy_every` links, so a read never walks
+far and storage grows with what a thread added, not with its length squared. An edited list (a removed or replaced item)
+is always stored in full.
 
-Value entry::
+Value entry (inside the checkpoint document that introduced the version)::
 
-    {k: key, c: channel, v: version, kind: "full" | "append" | "empty",
-     t: serializer type, d: bytes, prev: key (append only), depth: int}
+    {k: key, c: channel, sv: schema version, kind: "full" | "append",
+     t: serializer type, d: bytes, h: CRC-32, prev: key (append), w: 1 (a _DeltaSnapshot)}
+
+A channel whose current version has no stored value (a consumed trigger, a
+`DeltaChannel` between snapshots) is only named in the document's `empty` list.
 
 Append detection compares items by identity first, then equality, against a snapshot
 taken when the previous version was written or read by this process. That snapshot
@@ -25,16 +28,25 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langgraph.checkpoint.base import ChannelVersions
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from mongo_saver.documents import blob_key, dump_typed, load_typed, require_name
 from mongo_saver.errors import CorruptDocumentError
 
 DEFAULT_FULL_COPY_EVERY = 64
+
+
+class _Unknown:
+    pass
+
+
+UNKNOWN: Any = _Unknown()
+IMMUTABLE_TYPES = (str, int, float, bool, bytes, type(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,34 +59,29 @@ class StoredChannel:
     """Keys needed to rebuild the value, base first; just `(key,)` when unknown."""
     depth: int = 0
     items: tuple[Any, ...] | None = None
-    """Snapshot of a list value's items, for append detection; None for other values."""
-    base_bytes: int = 0
-    appended_bytes: int = 0
+    """The items of a list value (or of a `_DeltaSnapshot`'s list), for append detection."""
     stale: bool = False
     """The stored chain cannot be lifted to the current schema (a raw migration step lies
     between): the next checkpoint stores this channel in full."""
-    scalar: Any = ...
-    """The value itself when it is immutable (str, number, bool, bytes, None); `...` else."""
+    scalar: Any = UNKNOWN
+    """The value itself when it is immutable (str, number, bool, bytes, None)."""
+    snapshot: bool = False
+    """The value is a `_DeltaSnapshot` wrapping `items`."""
+    empty: bool = False
+    """This version has no stored value."""
+    carried: StoredChannel | None = None
+    """For an empty version: the last stored value before it (a later snapshot may extend it)."""
 
     def known_value(self) -> Any:
         """The decoded value this process holds for `key`, or `UNKNOWN`."""
-        if self.stale:
+        if self.stale or self.empty:
             return UNKNOWN
         if self.items is not None:
-            return list(self.items)
-        return self.scalar if self.scalar is not ... else UNKNOWN
+            return _DeltaSnapshot(list(self.items)) if self.snapshot else list(self.items)
+        return self.scalar
 
-
-class _Unknown:
-    pass
-
-
-UNKNOWN: Any = _Unknown()
-_IMMUTABLE = (str, int, float, bool, bytes, type(None))
-
-
-def _immutable(value: Any) -> bool:
-    return isinstance(value, _IMMUTABLE)
+    def last_value(self) -> StoredChannel | None:
+        return self.carried if self.empty else self
 
 
 ChannelState = dict[str, StoredChannel]
@@ -87,10 +94,11 @@ def known_values(state: ChannelState) -> tuple[dict[str, StoredChannel], list[st
     """Channels whose decoded value this process holds, by head key, and every key
     they make unnecessary to fetch."""
     # Only our own string versions are unique per write; integer versions may be reused.
+    held = (s.last_value() for s in state.values())
     known = {
         s.key: s
-        for s in state.values()
-        if isinstance(s.version, str) and s.known_value() is not UNKNOWN
+        for s in held
+        if s is not None and isinstance(s.version, str) and s.known_value() is not UNKNOWN
     }
     return known, sorted({k for s in known.values() for k in s.chain})
 
@@ -116,32 +124,53 @@ class StateCache:
                 self._entries.move_to_end(key)
             return state
 
+    def remember(self, key: tuple[str, str, str], state: ChannelState) -> None:
+        """Cache a state read back, unless this process already holds the (richer) state
+        it wrote for that checkpoint; either way it becomes the namespace's latest."""
+        held = self.get(key)
+        self.put(key, state if held is None else held)
+
     def put(self, key: tuple[str, str, str], state: ChannelState) -> None:
         if self._max <= 0:
             return
         with self._lock:
-            self._entries[key] = state
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-            scope = key[:2]
-            self._latest[scope] = state
-            self._latest.move_to_end(scope)
-            while len(self._latest) > self._max:
-                self._latest.popitem(last=False)
+            for entries, k in ((self._entries, key), (self._latest, key[:2])):
+                entries[k] = state  # type: ignore[index]
+                entries.move_to_end(k)  # type: ignore[arg-type]
+                while len(entries) > self._max:
+                    entries.popitem(last=False)
 
     def discard_thread(self, thread_id: str) -> None:
         with self._lock:
-            for key in [k for k in self._entries if k[0] == thread_id]:
-                del self._entries[key]
-            for scope in [k for k in self._latest if k[0] == thread_id]:
-                del self._latest[scope]
+            for entries in (self._entries, self._latest):
+                for k in [k for k in entries if k[0] == thread_id]:
+                    del entries[k]  # type: ignore[arg-type]
+
+
+def list_items(value: Any) -> tuple[list[Any] | None, bool]:
+    """The items of a list or of a `_DeltaSnapshot` of a list, and whether it is the latter."""
+    if isinstance(value, _DeltaSnapshot) and isinstance(value.value, list):
+        return value.value, True
+    if isinstance(value, list):
+        return value, False
+    return None, False
 
 
 def _extends(old: tuple[Any, ...], new: list[Any]) -> bool:
     if len(new) <= len(old):
         return False
     return all(a is b or a == b for a, b in zip(old, new, strict=False))
+
+
+@dataclass
+class PlannedValues:
+    entries: list[dict[str, Any]]
+    blob_keys: list[str]
+    """Keys of entries held by other documents that this checkpoint's state needs."""
+    heads: dict[str, str]
+    """Channel -> key of its value, where that is not `blob_key(channel, version)`."""
+    empty: list[str]
+    state: ChannelState
 
 
 def plan_values(
@@ -154,9 +183,8 @@ def plan_values(
     parent: ChannelState | None,
     full_copy_every: int,
     schema_version: int,
-) -> tuple[list[dict[str, Any]], list[str], dict[str, str], ChannelState]:
-    """Value entries to store, keys needed to read back, head keys that differ from the
-    default, and the new channel state."""
+) -> PlannedValues:
+    """What a `put` stores for its channel values, given what the parent stored."""
     entries: list[dict[str, Any]] = []
     state: ChannelState = {}
     parent = parent or {}
@@ -170,8 +198,8 @@ def plan_values(
                 state[channel] = StoredChannel(version, key, (key,))
             elif previous.stale and channel in channel_values:
                 key = f"{blob_key(channel, version)}@{schema_version}"
-                entry, state[channel] = _full_entry(
-                    serde, channel, version, key, channel_values[channel], what, schema_version
+                entry, state[channel] = full_entry(
+                    serde, channel, key, channel_values[channel], what, schema_version, version
                 )
                 entries.append(entry)
             else:
@@ -180,69 +208,64 @@ def plan_values(
         version = new_versions[channel]
         key = blob_key(channel, version)
         if channel not in channel_values:
-            entries.append({"k": key, "c": channel, "v": version, "sv": schema_version,
-                            "kind": "empty"})
-            state[channel] = StoredChannel(version, key, (key,))
+            carried = previous.last_value() if previous is not None else None
+            state[channel] = StoredChannel(version, key, (), empty=True, carried=carried)
             continue
         value = channel_values[channel]
+        items, snapshot = list_items(value)
+        base = previous.last_value() if previous is not None else None
         if (
-            isinstance(value, list)
-            and previous is not None
-            and previous.items is not None
-            and not previous.stale
-            and previous.depth < full_copy_every
-            and _extends(previous.items, value)
+            items is not None
+            and base is not None
+            and base.items is not None
+            and not base.stale
+            and base.depth < full_copy_every
+            and _extends(base.items, items)
         ):
-            payload = dump_typed(serde, value[len(previous.items) :], what)
-            appended = previous.appended_bytes + len(payload["d"])
-            if appended <= max(previous.base_bytes, 4096):
-                entries.append({"k": key, "c": channel, "v": version, "sv": schema_version,
-                                "kind": "append", "prev": previous.key,
-                                "depth": previous.depth + 1, **payload})
-                state[channel] = StoredChannel(
-                    version,
-                    key,
-                    (*previous.chain, key),
-                    previous.depth + 1,
-                    tuple(value),
-                    previous.base_bytes,
-                    appended,
-                )
-                continue
-        entry, state[channel] = _full_entry(
-            serde, channel, version, key, value, what, schema_version
+            payload = dump_typed(serde, items[len(base.items) :], what)
+            entry = {"k": key, "c": channel, "sv": schema_version, "kind": "append",
+                     "prev": base.key, **payload}
+            if snapshot:
+                entry["w"] = 1
+            entries.append(entry)
+            state[channel] = StoredChannel(
+                version, key, (*base.chain, key), base.depth + 1, tuple(items),
+                snapshot=snapshot,
+            )
+            continue
+        entry, state[channel] = full_entry(
+            serde, channel, key, value, what, schema_version, version
         )
         entries.append(entry)
-    blob_keys = sorted({k for stored in state.values() for k in stored.chain})
-    heads = {
-        ch: stored.key
-        for ch, stored in state.items()
-        if stored.key != blob_key(ch, stored.version)
-    }
-    return entries, blob_keys, heads, state
+    own = {e["k"] for e in entries}
+    return PlannedValues(
+        entries=entries,
+        blob_keys=sorted({k for s in state.values() for k in s.chain} - own),
+        heads={ch: s.key for ch, s in state.items() if s.key != blob_key(ch, s.version)},
+        empty=[ch for ch, s in state.items() if s.empty],
+        state=state,
+    )
 
 
-def _full_entry(
+def full_entry(
     serde: SerializerProtocol,
     channel: str,
-    version: str | int | float,
     key: str,
     value: Any,
     what: str,
     schema_version: int,
+    version: str | int | float,
 ) -> tuple[dict[str, Any], StoredChannel]:
     payload = dump_typed(serde, value, what)
-    entry = {"k": key, "c": channel, "v": version, "sv": schema_version, "kind": "full",
-             "depth": 0, **payload}
+    entry = {"k": key, "c": channel, "sv": schema_version, "kind": "full", **payload}
+    items, snapshot = list_items(value)
     stored = StoredChannel(
         version,
         key,
         (key,),
-        0,
-        tuple(value) if isinstance(value, list) else None,
-        len(payload["d"]),
-        0,
-        scalar=value if _immutable(value) else ...,
+        items=tuple(items) if items is not None else None,
+        scalar=value if isinstance(value, IMMUTABLE_TYPES) else UNKNOWN,
+        snapshot=snapshot,
     )
     return entry, stored
 
@@ -261,6 +284,7 @@ def resolve_values(
     heads: Mapping[str, str],
     entries: Mapping[str, Mapping[str, Any]],
     *,
+    empty: Iterable[str] = (),
     schema_version: int,
     lift: Lift,
     absent: Iterable[str] = (),
@@ -276,13 +300,16 @@ def resolve_values(
     LangGraph's own savers, a channel whose version has no stored value is left out.
     Raises `MissingBlobs` with the keys still to fetch.
     """
-    absent_keys = set(absent)
+    absent_keys, empty_channels = set(absent), set(empty)
     known = known or {}
     values: dict[str, Any] = {}
     state: ChannelState = {}
     missing: set[str] = set()
     for channel, version in channel_versions.items():
         key = heads.get(channel) or blob_key(channel, version)
+        if channel in empty_channels:
+            state[channel] = StoredChannel(version, key, (), empty=True)
+            continue
         links: list[Mapping[str, Any]] = []  # newest first
         cursor: str | None = key
         while cursor is not None and cursor not in known:
@@ -301,45 +328,61 @@ def resolve_values(
         if cursor is not None and cursor not in known:
             continue  # incomplete chain: fetched later, or absent
         links.reverse()
-        if links and links[0].get("kind") == "empty":
-            state[channel] = StoredChannel(version, key, (key,))
-            continue
-        what = f"channel {channel!r} at version {version!r}"
-        if cursor is not None:  # the chain reached a value this process holds
-            held = known[cursor]
-            value, at, name = held.known_value(), schema_version, channel
-            chain_keys: tuple[str, ...] = held.chain
-            base_bytes, appended_bytes = held.base_bytes, held.appended_bytes
-        else:
-            base, links = links[0], links[1:]
-            value = load_typed(serde, base, what)
-            at, name = base.get("sv", schema_version), base["c"]
-            chain_keys = (base["k"],)
-            base_bytes, appended_bytes = len(base["d"]), 0
-        if links and not isinstance(value, list):
-            raise CorruptDocumentError(
-                f"{what}: an append chain starts from a {type(value).__name__}, not a list"
-            )
-        for link in links:
-            link_sv = link.get("sv", at)
-            if link_sv > at:
-                (name, value), at = lift(name, value, at, link_sv), link_sv
-            value = [*value, *load_typed(serde, link, what)]
-            appended_bytes += len(link["d"])
-            chain_keys += (link["k"],)
-        if at < schema_version:
-            name, value = lift(name, value, at, schema_version)
-        values[channel] = value
-        state[channel] = StoredChannel(
-            version,
-            key,
-            chain_keys,
-            len(chain_keys) - 1,
-            tuple(value) if isinstance(value, list) else None,
-            base_bytes,
-            appended_bytes,
-            scalar=value if _immutable(value) else ...,
+        values[channel], state[channel] = _build(
+            serde, channel, version, key, links, known.get(cursor) if cursor else None,
+            schema_version, lift,
         )
     if missing:
         raise MissingBlobs(missing)
     return values, state
+
+
+def _build(
+    serde: SerializerProtocol,
+    channel: str,
+    version: str | int | float,
+    key: str,
+    links: list[Mapping[str, Any]],
+    held: StoredChannel | None,
+    schema_version: int,
+    lift: Lift,
+) -> tuple[Any, StoredChannel]:
+    """One channel's value from a held value or a full entry, plus the appends after it."""
+    what = f"channel {channel!r} at version {version!r}"
+    if held is not None:  # the chain reached a value this process holds
+        value, at, name = held.known_value(), schema_version, channel
+        chain = held.chain
+    else:
+        base, links = links[0], links[1:]
+        value = load_typed(serde, base, what)
+        at, name = base.get("sv", schema_version), base["c"]
+        chain = (base["k"],)
+    if links:
+        items, _ = list_items(value)
+        if items is None:
+            raise CorruptDocumentError(
+                f"{what}: an append chain starts from a {type(value).__name__}, not a list"
+            )
+        value = items
+    for link in links:
+        link_sv = link.get("sv", at)
+        if link_sv > at:
+            (name, value), at = lift(name, value, at, link_sv), link_sv
+        value = [*value, *load_typed(serde, link, what)]
+        chain += (link["k"],)
+    if links and links[-1].get("w"):
+        value = _DeltaSnapshot(value)
+    if at < schema_version:
+        name, value = lift(name, value, at, schema_version)
+    items, snapshot = list_items(value)
+    stored = StoredChannel(
+        version, key, chain, len(chain) - 1,
+        tuple(items) if items is not None else None,
+        scalar=value if isinstance(value, IMMUTABLE_TYPES) else UNKNOWN, snapshot=snapshot,
+    )
+    return value, stored
+
+
+def restate(stored: StoredChannel, **changes: Any) -> StoredChannel:
+    """A copy of `stored` with some fields changed."""
+    return replace(stored, **changes)
