@@ -5,8 +5,8 @@ A list channel that grew by appending (the usual `messages` with `add_messages`,
 `operator.add` list, or the `_DeltaSnapshot` a `DeltaChannel` writes now and then) is
 stored as just the appended items plus the key of the previous stored value; a full
 copy is written when the chain reaches `full_copy_every` links, so a read never walks
-far and storage grows with what a thread added, not with its length squared. An edited list (a removed or replaced item)
-is always stored in full.
+far and storage grows with what a thread added, not with its length squared. An edited
+list (a removed or replaced item) is always stored in full.
 
 Value entry (inside the checkpoint document that introduced the version)::
 
