@@ -39,6 +39,7 @@ class BaseMongoSaver(BaseCheckpointSaver[str]):
         full_copy_every: int = DEFAULT_FULL_COPY_EVERY,
         cache_size: int = 256,
         size_warning_bytes: int = 50_000,
+        spill_bytes: int | None = 1_000_000,
     ) -> None:
         super().__init__(serde=serde or JsonPlusSerializer())
         self.client = client
@@ -57,6 +58,7 @@ class BaseMongoSaver(BaseCheckpointSaver[str]):
             full_copy_every=full_copy_every,
             cache_size=cache_size,
             size_warning_bytes=size_warning_bytes,
+            spill_bytes=spill_bytes,
         )
         self._leases = LeaseRegistry()
 

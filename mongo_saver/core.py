@@ -48,6 +48,8 @@ from mongo_saver.ops import (
     UpdateOne_,
 )
 from mongo_saver.removal import DELTA_COUNTERS, RemovalPlan, plan_removal
+from mongo_saver.spill import CHUNK_IDENTITY, check_size, fill, spill
+from mongo_saver.spill import write_key as spill_write_key
 from mongo_saver.upgrade import DocumentUpgrader
 from mongo_saver.values import (
     ChannelState,
@@ -122,10 +124,13 @@ class SaverCore:
         full_copy_every: int,
         cache_size: int,
         size_warning_bytes: int,
+        spill_bytes: int | None,
     ) -> None:
         self.serde = serde
         self.checkpoints = checkpoint_collection
         self.writes = writes_collection
+        self.chunks = f"{checkpoint_collection}_chunks"
+        self.spill_bytes = spill_bytes
         self.upgrader = DocumentUpgrader(
             serde,
             checkpoints=checkpoint_collection,
@@ -155,6 +160,10 @@ class SaverCore:
                 IndexModel([("metadata.run_id", ASCENDING)], sparse=True),
                 IndexModel([("schema_version", ASCENDING)]),
             ],
+        )
+        yield CreateIndexes(
+            self.chunks,
+            [IndexModel([(f, ASCENDING) for f in CHUNK_IDENTITY], unique=True)],
         )
         yield CreateIndexes(
             self.writes,
@@ -211,8 +220,19 @@ class SaverCore:
             doc["heads"] = docs_.escape_keys(planned.heads, "channel")
         if planned.empty:
             doc["empty"] = planned.empty
-        doc["size"] = len(bson.encode(doc))
+        scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        chunks = [
+            chunk
+            for entry in planned.entries
+            for chunk in spill(entry, scope=scope, key=entry["k"], limit=self.spill_bytes)
+        ]
+        doc["size"] = len(bson.encode(doc)) + sum(len(c["d"]) for c in chunks)
+        check_size(doc["size"] - sum(len(c["d"]) for c in chunks),
+                   f"checkpoint {checkpoint_id} of thread {target.thread_id!r}",
+                   ((len(e.get("d", b"")), e["c"]) for e in planned.entries))
         self._warn_if_large(doc)
+        if chunks:
+            yield from self._store_chunks(chunks, checkpoint_id)
         yield BulkWrite(self.checkpoints, [ReplaceOne(identity, doc, upsert=True)])
         self.cache.put((target.thread_id, target.checkpoint_ns, checkpoint_id), planned.state)
         return {
@@ -223,11 +243,20 @@ class SaverCore:
             }
         }
 
+    def _store_chunks(self, chunks: list[Document], checkpoint_id: str) -> Plan[None]:
+        """Write spilled chunks (idempotently) before the document that refers to them."""
+        requests = []
+        for chunk in chunks:
+            chunk["checkpoint_id"] = checkpoint_id
+            key = {f: chunk[f] for f in CHUNK_IDENTITY}
+            requests.append(ReplaceOne(key, chunk, upsert=True))
+        yield BulkWrite(self.chunks, requests)
+
     def _warn_if_large(self, doc: Document) -> None:
         if doc["size"] < self.size_warning_bytes:
             return
         largest = sorted(
-            ((len(e.get("d", b"")), e["c"]) for e in doc["values"]), reverse=True
+            ((e.get("len") or len(e.get("d", b"")), e["c"]) for e in doc["values"]), reverse=True
         )[:3]
         logger.warning(
             "checkpoint %s of thread %r stores %d bytes (threshold %d); largest channels: %s",
@@ -260,6 +289,15 @@ class SaverCore:
         )
         if not documents:
             return
+        scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        chunks = []
+        for doc in documents:
+            chunks += spill(doc["value"], scope=scope, key=spill_write_key(doc),
+                            limit=self.spill_bytes)
+            check_size(len(bson.encode(doc)), f"a write to {doc['channel']!r} of thread "
+                       f"{target.thread_id!r}", [(len(doc["value"].get("d", b"")), doc["channel"])])
+        if chunks:
+            yield from self._store_chunks(chunks, target.checkpoint_id)
         requests = []
         for doc in documents:
             identity = {f: doc[f] for f in docs_.WRITE_IDENTITY}
@@ -326,7 +364,8 @@ class SaverCore:
                         {"$eq": ["$checkpoint_ns", "$$ns"]},
                     ]}}},
                     {"$sort": {"task_path": 1, "task_id": 1, "idx": 1}},
-                    {"$project": {"task_id": 1, "channel": 1, "value": 1, "type": 1,
+                    {"$project": {"checkpoint_id": 1, "task_id": 1, "channel": 1, "value": 1,
+                                  "type": 1,
                                   "task_path": 1, "idx": 1, "format": 1,
                                   "schema_version": 1}},
                 ],
@@ -415,6 +454,12 @@ class SaverCore:
         doc, was_legacy = up.normalize(stored)
         entries = {e["k"]: e for found in doc.get("blob_docs", []) for e in found["values"] or ()}
         entries.update((e["k"], e) for e in doc.get("values", []))
+        scope = {"thread_id": doc["thread_id"], "checkpoint_ns": doc["checkpoint_ns"]}
+        yield from fill(self.chunks, scope, [
+            *entries.items(),
+            *((spill_write_key(w), w["value"]) for w in doc.get("pending", [])
+              if isinstance(w.get("value"), dict)),
+        ])
         version = doc["schema_version"]
         ctx = MigrationContext(doc["thread_id"], doc["checkpoint_id"])
         current = version == up.current_schema_version
@@ -478,7 +523,8 @@ class SaverCore:
                 )
                 for found in fetched:
                     for holder in found["blob_docs"]:
-                        entries.update((e["k"], e) for e in holder["values"])
+                        entries.update((e["k"], e) for e in holder["values"] or ())
+                yield from fill(self.chunks, scope, entries.items())
                 absent |= missing.keys - entries.keys()
         raise CorruptDocumentError(
             f"checkpoint {doc['checkpoint_id']} of thread {doc['thread_id']!r}: "
@@ -538,6 +584,12 @@ class SaverCore:
             }})
         found = yield Aggregate(self.writes, pipeline)
         ctx = MigrationContext(target.thread_id, target.checkpoint_id or "(latest)")
+        yield from fill(self.chunks, scope, [
+            *((spill_write_key(d), d["value"]) for d in found
+              if "blob_docs" not in d and isinstance(d.get("value"), dict)),
+            *((e["k"], e) for d in found if "blob_docs" in d
+              for holder in d["blob_docs"] for e in holder["values"] or ()),
+        ])
         writes = []
         for doc in found:
             if "blob_docs" not in doc and (write := self.upgrader.write(doc, ctx)) is not None:
@@ -595,12 +647,14 @@ class SaverCore:
         self.cache.discard_thread(thread_id)
         yield DeleteMany(self.checkpoints, {"thread_id": thread_id})
         yield DeleteMany(self.writes, {"thread_id": thread_id})
+        yield DeleteMany(self.chunks, {"thread_id": thread_id})
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
         """Copy every checkpoint and write (the whole parent chain), idempotently."""
         require_id("source thread_id", source_thread_id)
         require_id("target thread_id", target_thread_id)
         for collection, identity in (
+            (self.chunks, CHUNK_IDENTITY),
             (self.checkpoints, ("thread_id", "checkpoint_ns", "checkpoint_id")),
             (self.writes, docs_.WRITE_IDENTITY),
         ):
@@ -697,6 +751,8 @@ class SaverCore:
                          "checkpoint_id": {"$in": list(chunk)}}
                 yield DeleteMany(self.checkpoints, scope)
                 yield DeleteMany(self.writes, scope)
+                moved_keys = sorted(plan.moves.get((thread_id, ns), (None, set()))[1])
+                yield DeleteMany(self.chunks, {**scope, "key": {"$nin": moved_keys}})
             self.cache.discard_thread(thread_id)
 
     # --- eager maintenance helpers --------------------------------------------------
