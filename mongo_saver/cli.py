@@ -37,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mongo_saver import inspect as insp
+from mongo_saver.documents import FORMAT_VERSION
 from mongo_saver.errors import MongoSaverError, SchemaVersionError
 from mongo_saver.migrations import SchemaMigrations, load_migrations
 from mongo_saver.sync import MongoSaver
@@ -136,14 +137,15 @@ class Settings:
     def database(self) -> Any:
         return self.client()[self.db]
 
-    def saver(self) -> MongoSaver:
+    def saver(self, *, write_back: bool = False) -> MongoSaver:
+        """A saver on the settings; read-only unless a command exists to write."""
         return MongoSaver(
             self.client(),
             self.db,
             checkpoint_collection=self.checkpoint_collection,
             writes_collection=self.writes_collection,
             migrations=self._load_migrations(),
-            write_back=False,
+            write_back=write_back,
         )
 
     def _load_migrations(self) -> SchemaMigrations | None:
@@ -810,3 +812,76 @@ def expire(
 
 if __name__ == "__main__":
     app()
+
+
+def _status_rows(saver: MongoSaver) -> list[dict[str, Any]]:
+    current = saver.core.upgrader.current_schema_version
+    rows = []
+    for row in saver.migration_status():
+        if row["format"] > FORMAT_VERSION or row["schema_version"] > current:
+            state = "newer than this code"
+        elif row["format"] < FORMAT_VERSION or row["schema_version"] < current:
+            state = "outdated"
+        else:
+            state = "current"
+        rows.append({**row, "state": state})
+    return rows
+
+
+@app.command("migration-status")
+def migration_status(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Documents per collection, storage format and schema version (format 0 = legacy)."""
+    with _session(ctx) as s:
+        saver = s.saver()
+        rows = _status_rows(saver)
+        current = saver.core.upgrader.current_schema_version
+    if as_json:
+        _emit_json({"current_format": FORMAT_VERSION, "current_schema_version": current,
+                    "rows": rows})
+        return
+    table = Table(title=f"Versions (this code: format {FORMAT_VERSION}, schema {current})")
+    for name in ("collection", "format", "schema", "documents", "state"):
+        table.add_column(name)
+    for row in rows:
+        table.add_row(row["collection"], str(row["format"]), str(row["schema_version"]),
+                      f"{row['documents']:,}", row["state"])
+    _console().print(table)
+
+
+@app.command()
+def migrate(
+    ctx: typer.Context,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="Thread ids fetched per query.")
+    ] = 100,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Read and migrate in memory; write nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Upgrade every outdated checkpoint now instead of on its next read.
+
+    Resumable: it only selects documents still below the current version, so after a
+    crash run it again. Exit status 2 if a step failed on some thread (those threads are
+    left exactly as they were and listed).
+    """
+    with _session(ctx) as s:
+        saver = s.saver(write_back=not dry_run)
+        outdated = sum(r["documents"] for r in _status_rows(saver)
+                       if r["state"] == "outdated" and r["collection"] == saver.core.checkpoints)
+        with _progress() as progress:
+            task = progress.add_task("Migrating checkpoints", total=outdated)
+            report = saver.migrate(batch_size=batch_size, dry_run=dry_run,
+                                   on_checkpoint=lambda: progress.advance(task))
+    result = {"dry_run": report.dry_run, "threads": report.threads,
+              "checkpoints": report.checkpoints, "failures": report.failures}
+    if as_json:
+        _emit_json(result)
+    else:
+        console = _console()
+        verb = "checked (dry run)" if report.dry_run else "migrated"
+        console.print(f"{verb}: {report.checkpoints:,} checkpoints in {report.threads:,} threads")
+        for failure in report.failures:
+            console.print(Text(f"failed: {failure}"))
+    if report.failures:
+        raise typer.Exit(2)

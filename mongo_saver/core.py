@@ -110,6 +110,12 @@ def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)] or [[]]
 
 
+def holder_entries(found: Mapping[str, Any]) -> list[Document]:
+    """Value entries of an aggregated document: its `own` and those of `blob_docs`."""
+    return [*(found.get("own") or ()),
+            *(e for holder in found.get("blob_docs", ()) for e in holder["values"] or ())]
+
+
 class SaverCore:
     """Configuration, cache and plans shared by the sync and async savers."""
 
@@ -339,16 +345,15 @@ class SaverCore:
     def _holders_pipeline(
         self, scope: Mapping[str, str], keys: list[str], skip: Sequence[str] = ()
     ) -> list[Document]:
-        """Value entries for `keys`, with every entry their append chains need.
-
-        A holder's own `blob_keys` name its chains; entries moved into it by `prune` are
-        reached through `keys` themselves.
-        """
+        """The documents holding `keys`: those entries (as `own`) and, in `blob_docs`,
+        the entries their append chains reach back to (named by the holder's own
+        `blob_keys`; the `$lookup` runs on that stored field, as every server supports)."""
         return [
             {"$match": {**scope, "values.k": {"$in": keys}}},
-            {"$project": {"thread_id": 1, "checkpoint_ns": 1,
-                          "blob_keys": {"$setUnion": ["$blob_keys", {"$literal": keys}]}}},
             self._blob_lookup(skip),
+            {"$project": {"blob_docs": 1, "own": {"$filter": {
+                "input": "$values", "cond": {"$in": ["$$this.k", {"$literal": keys}]},
+            }}}},
         ]
 
     def _writes_lookup(self) -> Document:
@@ -452,7 +457,7 @@ class SaverCore:
         """Decode one aggregated checkpoint; upgrade (and write back) an old one."""
         up = self.upgrader
         doc, was_legacy = up.normalize(stored)
-        entries = {e["k"]: e for found in doc.get("blob_docs", []) for e in found["values"] or ()}
+        entries = {e["k"]: e for e in holder_entries(doc)}
         entries.update((e["k"], e) for e in doc.get("values", []))
         scope = {"thread_id": doc["thread_id"], "checkpoint_ns": doc["checkpoint_ns"]}
         yield from fill(self.chunks, scope, [
@@ -522,8 +527,7 @@ class SaverCore:
                     self.checkpoints, self._holders_pipeline(scope, sorted(missing.keys))
                 )
                 for found in fetched:
-                    for holder in found["blob_docs"]:
-                        entries.update((e["k"], e) for e in holder["values"] or ())
+                    entries.update((e["k"], e) for e in holder_entries(found))
                 yield from fill(self.chunks, scope, entries.items())
                 absent |= missing.keys - entries.keys()
         raise CorruptDocumentError(
@@ -584,18 +588,16 @@ class SaverCore:
             }})
         found = yield Aggregate(self.writes, pipeline)
         ctx = MigrationContext(target.thread_id, target.checkpoint_id or "(latest)")
+        entries = {e["k"]: e for d in found if "blob_docs" in d for e in holder_entries(d)}
         yield from fill(self.chunks, scope, [
             *((spill_write_key(d), d["value"]) for d in found
               if "blob_docs" not in d and isinstance(d.get("value"), dict)),
-            *((e["k"], e) for d in found if "blob_docs" in d
-              for holder in d["blob_docs"] for e in holder["values"] or ()),
+            *entries.items(),
         ])
         writes = []
         for doc in found:
             if "blob_docs" not in doc and (write := self.upgrader.write(doc, ctx)) is not None:
                 writes.append((doc["checkpoint_id"], write))
-        entries = {e["k"]: e for d in found if "blob_docs" in d
-                   for holder in d["blob_docs"] for e in holder["values"]}
         walk.finish({**{k: "full" for k in known}, **{k: "full" for k in entries}})
         seeds: dict[str, Any] = {}
         if walk.seed_keys:

@@ -389,3 +389,40 @@ def test_redaction_helpers() -> None:
     cleaned = scrub(message, uri)
     assert "pa55word" not in cleaned and "alice" not in cleaned
     assert "db.example.com" in cleaned
+
+
+def test_migrate_and_migration_status(mongodb_uri: str, db_name: str) -> None:
+    from langchain_core.messages import HumanMessage
+
+    from tests.migration_graphs import v1_graph
+
+    client: MongoClient[Any] = MongoClient(mongodb_uri)
+    try:
+        graph = v1_graph(MongoSaver(client, db_name))
+        for thread in ("a", "b"):
+            graph.invoke({"messages": [HumanMessage("hi")]},
+                         {"configurable": {"thread_id": thread}})
+        n = client[db_name]["checkpoints"].count_documents({})
+    finally:
+        client.close()
+    repo_migrations = str(Path(__file__).resolve().parent.parent / "migrations")
+
+    status = ok_json(run(mongodb_uri, db_name, "--migrations", repo_migrations,
+                         "migration-status", "--json"))
+    assert status["current_schema_version"] == 2
+    assert {(r["collection"], r["schema_version"], r["state"]) for r in status["rows"]} == {
+        ("checkpoints", 1, "outdated"), ("checkpoint_writes", 1, "outdated")}
+
+    dry = ok_json(run(mongodb_uri, db_name, "--migrations", repo_migrations,
+                      "migrate", "--dry-run", "--json"))
+    assert dry == {"dry_run": True, "threads": 2, "checkpoints": n, "failures": []}
+    done = ok_json(run(mongodb_uri, db_name, "--migrations", repo_migrations, "migrate", "--json"))
+    assert done == {"dry_run": False, "threads": 2, "checkpoints": n, "failures": []}
+    text = run(mongodb_uri, db_name, "--migrations", repo_migrations, "migration-status")
+    assert text.exit_code == 0 and "current" in text.output and "outdated" not in text.output
+    again = ok_json(run(mongodb_uri, db_name, "--migrations", repo_migrations, "migrate", "--json"))
+    assert again["threads"] == 0  # resumable: nothing left to do
+
+    old_code = run(mongodb_uri, db_name, "migration-status", "--json")
+    rows = ok_json(old_code)["rows"]
+    assert {r["state"] for r in rows} == {"newer than this code"}
