@@ -11,7 +11,7 @@ import logging
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import bson
 from langchain_core.runnables import RunnableConfig
@@ -31,7 +31,7 @@ from pymongo.operations import InsertOne, ReplaceOne, UpdateOne
 from mongo_saver import documents as docs_
 from mongo_saver.documents import require_id
 from mongo_saver.errors import CorruptDocumentError, InvalidInputError, MigrationError
-from mongo_saver.history import AncestorWalk
+from mongo_saver.history import AncestorWalk, delta_starts, own_seeds
 from mongo_saver.legacy import convert_write, is_legacy, is_legacy_write, legacy_filter_value
 from mongo_saver.migrations import MigrationContext, SchemaMigrations
 from mongo_saver.ops import (
@@ -114,6 +114,12 @@ def holder_entries(found: Mapping[str, Any]) -> list[Document]:
     """Value entries of an aggregated document: its `own` and those of `blob_docs`."""
     return [*(found.get("own") or ()),
             *(e for holder in found.get("blob_docs", ()) for e in holder["values"] or ())]
+
+
+SKELETON = {"_id": 0, "checkpoint_id": 1, "parent_checkpoint_id": 1, "schema_version": 1,
+            "checkpoint.channel_versions": 1, "values.k": 1, "values.kind": 1,
+            "heads": 1, "empty": 1}
+"""The fields a walk along the parent chain reads."""
 
 
 class SaverCore:
@@ -226,6 +232,17 @@ class SaverCore:
             doc["heads"] = docs_.escape_keys(planned.heads, "channel")
         if planned.empty:
             doc["empty"] = planned.empty
+        # Delta channels: the ones LangGraph counts now, and the ones the parent tracked
+        # (LangGraph leaves a channel out of its counters on some checkpoints).
+        parent_seeds = self.cache.seeds(
+            (target.thread_id, target.checkpoint_ns, target.checkpoint_id or ""))
+        counters = cast(Mapping[str, Any], dict(metadata or {}).get(DELTA_COUNTERS) or {})
+        delta_channels = sorted({str(ch) for ch in counters} | set(parent_seeds or ()))
+        starts = delta_starts(delta_channels, target.checkpoint_id, parent_state,
+                              parent_seeds) if delta_channels else None
+        if starts:
+            doc["delta_from"] = min(starts.values())
+            doc["delta"] = [{"c": ch, "from": start} for ch, start in starts.items()]
         scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
         chunks = [
             chunk
@@ -240,7 +257,10 @@ class SaverCore:
         if chunks:
             yield from self._store_chunks(chunks, checkpoint_id)
         yield BulkWrite(self.checkpoints, [ReplaceOne(identity, doc, upsert=True)])
-        self.cache.put((target.thread_id, target.checkpoint_ns, checkpoint_id), planned.state)
+        key = (target.thread_id, target.checkpoint_ns, checkpoint_id)
+        self.cache.put(key, planned.state)
+        if starts:
+            self.cache.put_seeds(key, own_seeds(checkpoint_id, starts, planned.state))
         return {
             "configurable": {
                 "thread_id": target.thread_id,
@@ -379,14 +399,48 @@ class SaverCore:
         }
 
     def read_pipeline(
-        self, match: Mapping[str, Any], limit: int | None, skip: Sequence[str] = ()
+        self,
+        match: Mapping[str, Any],
+        limit: int | None,
+        skip: Sequence[str] = (),
+        prefetch_delta: bool = False,
     ) -> list[Document]:
-        """One aggregation returning checkpoints newest first, with values and writes."""
+        """One aggregation returning checkpoints newest first, with values and writes.
+
+        With `prefetch_delta`, a checkpoint that records where its `DeltaChannel`
+        history starts also brings the skeletons and writes from there, so the history
+        call LangGraph makes right after needs no query of its own.
+        """
         pipeline: list[Document] = [{"$match": dict(match)}, {"$sort": {"checkpoint_id": -1}}]
         if limit is not None:
             pipeline.append({"$limit": limit})
         pipeline += [self._blob_lookup(skip), self._writes_lookup()]
+        if prefetch_delta:
+            pipeline += [self._range_lookup(self.checkpoints, SKELETON, "delta_path"),
+                         self._range_lookup(self.writes, None, "delta_writes")]
         return pipeline
+
+    def _range_lookup(
+        self, collection: str, projection: Mapping[str, Any] | None, into: str
+    ) -> Document:
+        """Documents of the same namespace from `delta_from` up to (not including) this one."""
+        stages: list[Document] = [{"$match": {"$expr": {"$and": [
+            {"$eq": ["$thread_id", "$$t"]},
+            {"$eq": ["$checkpoint_ns", "$$ns"]},
+            {"$gte": ["$checkpoint_id", "$$lo"]},
+            {"$lt": ["$checkpoint_id", "$$hi"]},
+        ]}}}]
+        if collection == self.writes:  # every channel: the walk keeps the ones it needs
+            stages.append({"$sort": {"checkpoint_id": 1, "task_path": 1, "task_id": 1, "idx": 1}})
+        if projection is not None:
+            stages.append({"$project": dict(projection)})
+        return {"$lookup": {
+            "from": collection,
+            "let": {"t": "$thread_id", "ns": "$checkpoint_ns", "hi": "$checkpoint_id",
+                    "lo": {"$ifNull": ["$delta_from", "$checkpoint_id"]}},
+            "pipeline": stages,
+            "as": into,
+        }}
 
     def _known(self, match: Mapping[str, Any]) -> tuple[dict[str, StoredChannel], list[str]]:
         """Values already held for the one thread namespace a read targets, if any."""
@@ -401,7 +455,8 @@ class SaverCore:
         if target.checkpoint_id is not None:
             match["checkpoint_id"] = target.checkpoint_id
         known, skip = self._known(match)
-        found = yield Aggregate(self.checkpoints, self.read_pipeline(match, 1, skip))
+        pipeline = self.read_pipeline(match, 1, skip, prefetch_delta=True)
+        found = yield Aggregate(self.checkpoints, pipeline)
         if not found:
             return None
         return (yield from self.tuple_from_document(found[0], known))
@@ -483,11 +538,13 @@ class SaverCore:
             state = upgraded.state
         else:
             pending = [docs_.write_from_document(self.serde, w) for w in doc.get("pending", [])]
-        if upgraded_now:
-            self.cache.put((thread_id, checkpoint_ns, checkpoint_id), state)
-        else:
-            self.cache.remember((thread_id, checkpoint_ns, checkpoint_id), state)
+        key = (thread_id, checkpoint_ns, checkpoint_id)
         parent_id = doc.get("parent_checkpoint_id")
+        if upgraded_now:
+            self.cache.put(key, state)
+        else:
+            self.cache.remember(key, state)
+            self._remember_delta(key, doc, parent_id, state)
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                      "checkpoint_id": checkpoint_id}},
@@ -501,6 +558,19 @@ class SaverCore:
             ),
             pending_writes=pending,
         )
+
+    def _remember_delta(
+        self, key: tuple[str, str, str], doc: Document, parent_id: str | None,
+        state: ChannelState,
+    ) -> None:
+        """Keep a read checkpoint's delta bookkeeping and the history fetched with it."""
+        starts = {d["c"]: d["from"] for d in doc.get("delta") or ()}
+        if not starts:
+            return
+        if self.cache.seeds(key) is None:
+            self.cache.put_seeds(key, own_seeds(key[2], starts, state))
+        if "delta_path" in doc:
+            self.cache.prefetch(key, (parent_id, doc["delta_path"], doc["delta_writes"]))
 
     def _resolve(
         self,
@@ -551,6 +621,13 @@ class SaverCore:
             return {}
         target = target_of(config)
         scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        if target.checkpoint_id is not None:
+            prefetched = self.cache.take_prefetched(
+                (target.thread_id, target.checkpoint_ns, target.checkpoint_id))
+            if prefetched is not None:
+                served = yield from self._history_from_prefetch(target, channels, *prefetched)
+                if served is not None:
+                    return served
         id_bound: Document = {"$lte": target.checkpoint_id} if target.checkpoint_id else {}
         query = Find(
             self.checkpoints,
@@ -609,6 +686,49 @@ class SaverCore:
                 seed_doc, entries, self.upgrader.current_schema_version, ctx, known
             )
         return walk.result(writes, seeds)
+
+    def _history_from_prefetch(
+        self,
+        target: Target,
+        channels: Sequence[str],
+        parent_id: str | None,
+        skeletons: list[Document],
+        writes: list[Document],
+    ) -> Plan[dict[str, DeltaChannelHistory] | None]:
+        """Delta history from what `get_tuple` fetched ahead, with no query when the seeds
+        are values this process holds; None when the prefetch does not settle it."""
+        current = self.upgrader.current_schema_version
+        if any(d.get("schema_version") != current for d in [*skeletons, *writes]):
+            return None  # older names or shapes: the full path migrates them
+        walk = AncestorWalk(channels, target.checkpoint_id, self.upgrader.current_header)
+        walk.visit({"checkpoint_id": target.checkpoint_id, "parent_checkpoint_id": parent_id,
+                    "checkpoint": {}})
+        for doc in sorted(skeletons, key=lambda d: d["checkpoint_id"], reverse=True):
+            if walk.done:
+                break
+            walk.visit(doc)
+        known, _ = self._known(
+            {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        )
+        # A pending key is a value introduced before the prefetched range: decided only
+        # if this process holds it (held values are never empty).
+        if any(k not in known for k in walk.pending_keys()):
+            return None
+        walk.finish({k: "full" for k in walk.pending_keys()})
+        settled = not walk.remaining or walk.path_ended
+        if not settled or any(k not in known for k in walk.seed_keys.values()):
+            return None
+        scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
+        writes = [d for d in writes if d["channel"] in channels]
+        yield from fill(self.chunks, scope, [
+            (spill_write_key(d), d["value"]) for d in writes if isinstance(d.get("value"), dict)
+        ])
+        ctx = MigrationContext(target.thread_id, target.checkpoint_id or "")
+        decoded = [(d["checkpoint_id"], self.upgrader.write(d, ctx)) for d in writes]
+        seeds: dict[str, Any] = {
+            ch: known[key].known_value() for ch, key in walk.seed_keys.items()
+        }
+        return walk.result([(cid, w) for cid, w in decoded if w is not None], seeds)
 
     def convert_legacy_thread(self, thread_id: str) -> Plan[int]:
         """Rewrite a thread's langgraph-checkpoint-mongodb documents in the current layout."""

@@ -108,3 +108,45 @@ class AncestorWalk:
         for ch, value in seeds.items():
             out[ch]["seed"] = value
         return out
+
+
+ROOT = ""
+"""A delta history that reaches back to the thread's first checkpoint (sorts first)."""
+
+
+def delta_starts(
+    channels: Iterable[str],
+    parent_id: str | None,
+    parent: Mapping[str, Any] | None,
+    parent_seeds: Mapping[str, str] | None,
+) -> dict[str, str] | None:
+    """Per delta channel, the oldest checkpoint a new child's history can reach (its seed
+    ancestor, or ROOT); None when this process cannot tell (it did not write or read the
+    parent with its delta bookkeeping)."""
+    starts: dict[str, str] = {}
+    for ch in channels:
+        if parent_id is None:
+            starts[ch] = ROOT
+            continue
+        if parent is None or parent_seeds is None:
+            return None
+        stored = parent.get(ch)
+        if stored is not None and not stored.known:
+            return None
+        if stored is not None and not stored.empty:
+            starts[ch] = parent_id  # the parent stores a value: the walk stops there
+        elif ch in parent_seeds:
+            starts[ch] = parent_seeds[ch]  # empty or not yet a channel: as far as the parent
+        else:
+            return None
+    return starts
+
+
+def own_seeds(
+    checkpoint_id: str, starts: Mapping[str, str], state: Mapping[str, Any]
+) -> dict[str, str]:
+    """What a checkpoint's children inherit: itself where it stores the channel's value."""
+    return {
+        ch: checkpoint_id if ch in state and state[ch].known and not state[ch].empty else start
+        for ch, start in starts.items()
+    }

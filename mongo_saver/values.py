@@ -71,6 +71,8 @@ class StoredChannel:
     """This version has no stored value."""
     carried: StoredChannel | None = None
     """For an empty version: the last stored value before it (a later snapshot may extend it)."""
+    known: bool = True
+    """False when this process only knows the version's key, not whether it holds a value."""
 
     def known_value(self) -> Any:
         """The decoded value this process holds for `key`, or `UNKNOWN`."""
@@ -108,9 +110,35 @@ class StateCache:
 
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries
-        self._entries: OrderedDict[tuple[str, str, str], ChannelState] = OrderedDict()
-        self._latest: OrderedDict[tuple[str, str], ChannelState] = OrderedDict()
+        self._entries: OrderedDict[Any, ChannelState] = OrderedDict()
+        self._latest: OrderedDict[Any, ChannelState] = OrderedDict()
+        self._seeds: OrderedDict[Any, dict[str, str]] = OrderedDict()
+        self._prefetched: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
+
+    def seeds(self, key: tuple[str, str, str]) -> dict[str, str] | None:
+        """Per delta channel, the checkpoint whose stored value seeds its history."""
+        with self._lock:
+            return self._seeds.get(key)
+
+    def put_seeds(self, key: tuple[str, str, str], seeds: dict[str, str]) -> None:
+        with self._lock:
+            self._bounded(self._seeds, key, seeds)
+
+    def prefetch(self, key: tuple[str, str, str], data: Any) -> None:
+        """Keep what a read fetched ahead for the history call LangGraph makes next."""
+        with self._lock:
+            self._bounded(self._prefetched, key, data)
+
+    def take_prefetched(self, key: tuple[str, str, str]) -> Any:
+        with self._lock:
+            return self._prefetched.pop(key, None)
+
+    def _bounded(self, entries: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        entries[key] = value
+        entries.move_to_end(key)
+        while len(entries) > self._max:
+            entries.popitem(last=False)
 
     def latest(self, thread_id: str, checkpoint_ns: str) -> ChannelState:
         """The state this process last wrote or read in a thread namespace (or empty)."""
@@ -134,17 +162,14 @@ class StateCache:
         if self._max <= 0:
             return
         with self._lock:
-            for entries, k in ((self._entries, key), (self._latest, key[:2])):
-                entries[k] = state  # type: ignore[index]
-                entries.move_to_end(k)  # type: ignore[arg-type]
-                while len(entries) > self._max:
-                    entries.popitem(last=False)
+            self._bounded(self._entries, key, state)
+            self._bounded(self._latest, key[:2], state)
 
     def discard_thread(self, thread_id: str) -> None:
         with self._lock:
-            for entries in (self._entries, self._latest):
+            for entries in (self._entries, self._latest, self._seeds, self._prefetched):
                 for k in [k for k in entries if k[0] == thread_id]:
-                    del entries[k]  # type: ignore[arg-type]
+                    del entries[k]
 
 
 def list_items(value: Any) -> tuple[list[Any] | None, bool]:
@@ -195,7 +220,7 @@ def plan_values(
         if channel not in new_versions:
             if previous is None or previous.version != version:
                 key = blob_key(channel, version)
-                state[channel] = StoredChannel(version, key, (key,))
+                state[channel] = StoredChannel(version, key, (key,), known=False)
             elif previous.stale and channel in channel_values:
                 key = f"{blob_key(channel, version)}@{schema_version}"
                 entry, state[channel] = full_entry(

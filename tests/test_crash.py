@@ -65,6 +65,7 @@ def _crash_trials(saver: MongoSaver, uri: str, trials: int) -> None:
     expected_count = len(list(saver.list(_config("baseline"))))
 
     stored_at_kill: collections.Counter[int] = collections.Counter()
+    orphan_trials = 0
     for trial in range(trials):
         thread_id = f"trial-{trial}"
         ready = ctx.Event()
@@ -86,8 +87,15 @@ def _crash_trials(saver: MongoSaver, uri: str, trials: int) -> None:
         assert state.next == (), where
         assert len(list(saver.list(_config(thread_id)))) == expected_count, where
         report = saver.check_integrity([thread_id])
-        assert report.linear, (where, report.findings)
-    print(f"\ncrash trials: {trials}, seed {seed}, run {run_time * 1000:.0f} ms; "
+        # With LangGraph's default "async" durability a task's writes can reach the
+        # database before its checkpoint does; a kill in between leaves writes whose
+        # checkpoint never landed. They are never read (the resume re-runs that step
+        # from the last stored checkpoint), and `check --repair` removes them.
+        harmful = [f for f in report.findings if f.kind != "orphan_write"]
+        assert not harmful and not report.forks, (where, report.findings)
+        orphan_trials += bool(report.of("orphan_write"))
+    print(f"\ncrash trials: {trials} ({orphan_trials} left orphan writes), seed {seed}, "
+          f"run {run_time * 1000:.0f} ms; "
           f"checkpoints stored when killed (of {expected_count}): "
           f"{dict(sorted(stored_at_kill.items()))}")
     # The kills must land inside runs, not only before or after them.

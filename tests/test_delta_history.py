@@ -283,3 +283,22 @@ async def test_async_history_via_motor_and_pymongo(mongodb_uri: str, db_name: st
         state = await graph.aget_state(cfg)
         assert len(state.values["messages"]) == 8
         await close_async_client(client)
+
+
+def test_history_served_from_get_tuple_prefetch_equals_full_walk(make_sync_saver: Any) -> None:
+    """After get_tuple, the history of that checkpoint comes from what the read fetched
+    ahead; it must equal what a saver with nothing cached computes from the database."""
+    saver = make_sync_saver()
+    graph = chat_graph(DeltaState, saver)
+    cfg = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    for turn in range(9):
+        say(graph, cfg, f"t{turn}")
+    fresh = make_sync_saver()
+    checked = 0
+    for tup in saver.list(cfg):
+        saver.get_tuple(tup.config)
+        served = saver.get_delta_channel_history(config=tup.config, channels=["messages"])
+        assert served == fresh.get_delta_channel_history(config=tup.config,
+                                                         channels=["messages"])
+        checked += 1
+    assert checked > 20

@@ -185,3 +185,22 @@ def test_bytes_stored_after_50_turns_are_at_most_a_fifth_of_the_incumbents(
         assert ours * 5 <= theirs, f"ours {ours} B, incumbent {theirs} B"
     finally:
         sync_client.drop_database(incumbent_db)
+
+
+def test_a_delta_channel_chat_turn_costs_no_more_round_trips_than_a_plain_turn(
+    counted_client: MongoClient[Any], counter: CommandCounter, db_name: str
+) -> None:
+    """The history LangGraph asks for after get_tuple comes with get_tuple's own reply."""
+    per_turn: dict[bool, list[int]] = {}
+    for delta in (False, True):
+        saver = MongoSaver(counted_client, db_name=f"{db_name}_{int(delta)}")
+        saver.setup()
+        graph = chat_graph(delta=delta, snapshot_frequency=4).compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "chat"}}
+        trips = []
+        for turn in range(12):
+            with measure(counter) as usage:
+                graph.invoke(turn_input(turn), config)
+            trips.append(usage.usage.round_trips)
+        per_turn[delta] = trips
+    assert max(per_turn[True]) <= min(per_turn[False]), per_turn
