@@ -810,8 +810,6 @@ def expire(
                   f"{len(report.skipped_active)} skipped (became active).")
 
 
-if __name__ == "__main__":
-    app()
 
 
 def _status_rows(saver: MongoSaver) -> list[dict[str, Any]]:
@@ -885,3 +883,7 @@ def migrate(
             console.print(Text(f"failed: {failure}"))
     if report.failures:
         raise typer.Exit(2)
+
+
+if __name__ == "__main__":
+    app()

@@ -30,7 +30,12 @@ from pymongo.operations import InsertOne, ReplaceOne, UpdateOne
 
 from mongo_saver import documents as docs_
 from mongo_saver.documents import require_id
-from mongo_saver.errors import CorruptDocumentError, InvalidInputError, MigrationError
+from mongo_saver.errors import (
+    CorruptDocumentError,
+    InvalidInputError,
+    MigrationError,
+    MongoSaverError,
+)
 from mongo_saver.history import AncestorWalk, delta_starts, own_seeds
 from mongo_saver.legacy import convert_write, is_legacy, is_legacy_write, legacy_filter_value
 from mongo_saver.migrations import MigrationContext, SchemaMigrations
@@ -42,6 +47,7 @@ from mongo_saver.ops import (
     Document,
     Emit,
     Find,
+    ListIndexes,
     NextBatch,
     OpenCursor,
     Plan,
@@ -157,7 +163,20 @@ class SaverCore:
     # --- setup ---------------------------------------------------------------------------
 
     def setup(self) -> Plan[None]:
-        """Create every index; idempotent, and safe when many processes run it at once."""
+        """Create every index; idempotent, and safe when many processes run it at once.
+
+        Refuses to go on over a TTL index (langgraph-checkpoint-mongodb creates one with its
+        `ttl` option): it would delete single checkpoints and break the threads around them.
+        """
+        for collection in (self.checkpoints, self.writes):
+            for index in (yield ListIndexes(collection)):
+                if "expireAfterSeconds" in index:
+                    raise MongoSaverError(
+                        f"collection {collection!r} has a TTL index {index['name']!r}, which "
+                        "deletes checkpoints one by one and breaks the threads they belong to; "
+                        f"drop it (db.{collection}.dropIndex({index['name']!r})) and expire "
+                        "whole idle threads with `mongo-saver expire` instead"
+                    )
         yield CreateIndexes(
             self.checkpoints,
             [

@@ -117,6 +117,13 @@ class CreateIndexes:
 
 
 @dataclass(frozen=True, slots=True)
+class ListIndexes:
+    """The collection's index descriptions (`list_indexes`), as a list."""
+
+    collection: str
+
+
+@dataclass(frozen=True, slots=True)
 class Emit:
     """Not I/O: hand one item of a streamed result to the caller."""
 
@@ -125,7 +132,7 @@ class Emit:
 
 Op = (
     Find | Aggregate | OpenCursor | NextBatch | BulkWrite | UpdateOne_ | FindOneAndUpdate
-    | DeleteMany | CreateIndexes | Sleep | Emit
+    | DeleteMany | CreateIndexes | ListIndexes | Sleep | Emit
 )
 R = TypeVar("R")
 Plan = Generator[Op, Any, R]

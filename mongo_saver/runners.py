@@ -25,6 +25,7 @@ from mongo_saver.ops import (
     Emit,
     Find,
     FindOneAndUpdate,
+    ListIndexes,
     NextBatch,
     Op,
     OpenCursor,
@@ -131,6 +132,8 @@ class SyncRunner:
                 return db[op.collection].delete_many(op.filter).deleted_count
             case CreateIndexes():
                 return db[op.collection].create_indexes(list(op.indexes))
+            case ListIndexes():
+                return list(db[op.collection].list_indexes())
         raise TypeError(f"unknown operation {op!r}")
 
 
@@ -222,4 +225,7 @@ class AsyncRunner:
                 return (await db[op.collection].delete_many(op.filter)).deleted_count
             case CreateIndexes():
                 return await db[op.collection].create_indexes(list(op.indexes))
+            case ListIndexes():
+                cursor = await _maybe_await(db[op.collection].list_indexes())
+                return await cursor.to_list(None)
         raise TypeError(f"unknown operation {op!r}")

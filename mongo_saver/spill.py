@@ -6,8 +6,8 @@ a pending write) larger than `spill_bytes` therefore goes to the chunks collecti
 pieces of at most `CHUNK_BYTES`, and its place keeps `spill` (the number of chunks)
 instead of `d`. Reads fetch the chunks of exactly the payloads they need, in one
 query; puts write them before the document that refers to them, so a crash between
-the two leaves unreferenced chunks (harmless, reported by the integrity check), never
-a reference to missing ones.
+the two leaves unreferenced chunks (harmless: nothing reads them, and deleting the
+thread removes them), never a reference to missing ones.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import Checkpoint, PendingWrite
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -41,6 +41,19 @@ from mongo_saver.values import (
     list_items,
     restate,
 )
+
+
+class _Write(NamedTuple):
+    """A pending write being migrated, with the schema version it is at."""
+
+    task_id: str
+    channel: str
+    value: Any
+    version: int
+
+    @property
+    def pending(self) -> PendingWrite:
+        return (self.task_id, self.channel, self.value)
 
 
 @dataclass
@@ -168,40 +181,76 @@ class DocumentUpgrader:
         was_legacy: bool,
         original_id: Any,
     ) -> Upgraded:
-        """Carry a checkpoint resolved at its stored schema to the current one."""
+        """Carry a checkpoint resolved at its stored schema to the current one, step by
+        step: declared operations first, then the step's raw function, if any, on the
+        whole checkpoint and its pending writes."""
         ctx = MigrationContext(doc["thread_id"], doc["checkpoint_id"])
         pending_docs = doc.get("pending", [])
-        writes = [w for w in (self.write(d, ctx) for d in pending_docs) if w is not None]
+        writes: list[_Write | None] = [self._decode_write(d) for d in pending_docs]
         version = doc["schema_version"]
-        steps = self.path(version)
-        if steps:
-            checkpoint, state = self._migrate_checkpoint(steps, checkpoint, state, ctx,
-                                                         self.stored_heads(doc))
-            if any(step.is_raw for step in steps):
-                raw_checkpoint, writes = apply_raw_steps(steps, dict(checkpoint), writes, ctx)
-                checkpoint = raw_checkpoint  # type: ignore[assignment]
-                state = {ch: _stale(s) for ch, s in state.items()}
-        upgraded = Upgraded(checkpoint, writes, state)
+        heads = {ch: self.stored_heads(doc).get(ch) or blob_key(ch, v)
+                 for ch, v in checkpoint["channel_versions"].items()}
+        first = min([version, *(w.version for w in writes if w is not None)])
+        for step in self.path(first):
+            if step.version >= version:
+                checkpoint, state, heads = self._migrate_checkpoint(
+                    step, checkpoint, state, heads, ctx)
+            for i, w in enumerate(writes):
+                if w is not None and w.version <= step.version:
+                    channel, value = migrate_value([step], w.channel, w.value, ctx)
+                    writes[i] = None if value is DROPPED else _Write(
+                        w.task_id, channel, value, step.version + 1)
+            if step.is_raw and step.version >= version:
+                checkpoint, writes = self._raw(step, checkpoint, writes, ctx)
+                state = {ch: restate(s, stale=True) for ch, s in state.items()}
+        upgraded = Upgraded(checkpoint, [w.pending for w in writes if w is not None], state)
         if self.write_back:
             upgraded.write_back = self._write_back(doc, upgraded, was_legacy, original_id,
-                                                   pending_docs, ctx)
+                                                   list(zip(pending_docs, writes, strict=True)),
+                                                   ctx)
         return upgraded
+
+    def _decode_write(self, doc: Mapping[str, Any]) -> _Write:
+        stored = legacy.convert_write(self.serde, doc) if legacy.is_legacy_write(doc) else doc
+        task_id, channel, value = docs_.write_from_document(self.serde, stored)
+        return _Write(task_id, channel, value, stored.get("schema_version", 1))
+
+    def _raw(
+        self,
+        step: MigrationStep,
+        checkpoint: Checkpoint,
+        writes: list[_Write | None],
+        ctx: MigrationContext,
+    ) -> tuple[Checkpoint, list[_Write | None]]:
+        """Run a raw step; it may change pending writes but not add or remove them."""
+        live = [i for i, w in enumerate(writes) if w is not None]
+        changed, new = apply_raw_steps(
+            [step], dict(checkpoint), [w.pending for w in writes if w is not None], ctx
+        )
+        if len(new) != len(live):
+            raise ctx.fail(step, ValueError(
+                f"a raw step must keep the number of pending writes ({len(live)} in, "
+                f"{len(new)} out)"))
+        out = list(writes)
+        for i, (task_id, channel, value) in zip(live, new, strict=True):
+            out[i] = _Write(task_id, channel, value, step.version + 1)
+        return changed, out  # type: ignore[return-value]
 
     def _migrate_checkpoint(
         self,
-        steps: Sequence[MigrationStep],
+        step: MigrationStep,
         checkpoint: Checkpoint,
         state: ChannelState,
+        heads: dict[str, str],
         ctx: MigrationContext,
-        stored_heads: Mapping[str, str],
-    ) -> tuple[Checkpoint, ChannelState]:
+    ) -> tuple[Checkpoint, ChannelState, dict[str, str]]:
+        """One step's declared operations on a whole checkpoint and its channel state."""
+        steps = [step]
         values: dict[str, Any] = {}
         for channel, value in checkpoint["channel_values"].items():
             name, migrated = migrate_value(steps, channel, value, ctx)
             if migrated is not DROPPED:
                 values[name] = migrated
-        heads = {ch: stored_heads.get(ch) or blob_key(ch, v)
-                 for ch, v in checkpoint["channel_versions"].items()}
         versions, seen, heads, updated, added = migrate_header(
             steps,
             dict(checkpoint["channel_versions"]),
@@ -237,7 +286,7 @@ class DocumentUpgrader:
             "versions_seen": seen,
             "updated_channels": updated,
         }
-        return result, new_state  # type: ignore[return-value]
+        return result, new_state, heads  # type: ignore[return-value]
 
     def _write_back(
         self,
@@ -245,7 +294,7 @@ class DocumentUpgrader:
         upgraded: Upgraded,
         was_legacy: bool,
         original_id: Any,
-        pending_docs: Sequence[Mapping[str, Any]],
+        pending: Sequence[tuple[Mapping[str, Any], _Write | None]],
         ctx: MigrationContext,
     ) -> list[BulkWrite]:
         """Compare-and-swap updates storing the upgraded checkpoint and its writes."""
@@ -289,7 +338,7 @@ class DocumentUpgrader:
                 update["$push"] = {"values": {"$each": materialized}}
             ops.append(BulkWrite(self.checkpoints, [UpdateOne(cas, update)]))
         write_ops: list[Any] = []
-        for write_doc in pending_docs:
+        for write_doc, write in pending:
             if "_id" not in write_doc:
                 continue
             old_version = write_doc.get("schema_version")
@@ -298,23 +347,19 @@ class DocumentUpgrader:
             cas = {"_id": write_doc["_id"], "schema_version": old_version}
             if legacy.is_legacy_write(write_doc):
                 cas = {"_id": write_doc["_id"], "format": {"$exists": False}}
-            migrated = self.write(write_doc, ctx)
-            if migrated is None:
+            if write is None:
                 write_ops.append(DeleteOne(cas))
                 continue
-            _, channel, value = migrated
             write_ops.append(UpdateOne(cas, {
-                "$set": {"channel": channel, "format": FORMAT_VERSION, "schema_version": current,
-                         "value": docs_.dump_typed(self.serde, value, f"write to {channel!r}")},
+                "$set": {"channel": write.channel, "format": FORMAT_VERSION,
+                         "schema_version": current,
+                         "value": docs_.dump_typed(self.serde, write.value,
+                                                   f"write to {write.channel!r}")},
                 "$unset": {"type": ""},
             }))
         if write_ops:
             ops.append(BulkWrite(self.writes, write_ops))
         return ops
-
-
-def _stale(stored: StoredChannel) -> StoredChannel:
-    return restate(stored, stale=True)
 
 
 def _old_names(steps: Sequence[MigrationStep], names: list[str]) -> dict[str, str]:

@@ -314,3 +314,58 @@ def test_eager_migration_dry_run_status_and_resume_after_crash(
     assert status == {("checkpoints", 1, 2), ("checkpoint_writes", 1, 2)}
     v2 = v2_graph(saver)
     assert v2.invoke(None, cfg(threads[2]))["messages"][-1].content == "4 docs"
+
+
+def raw_migrations() -> SchemaMigrations:
+    """Step 1 declared as in the demo; step 2 raw: tag every context item and route."""
+    migrations = demo_migrations()
+
+    def tag(checkpoint: dict[str, Any], writes: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        values = dict(checkpoint["channel_values"])
+        if "route" in values:
+            values["route"] = f"{values['route']}!"
+        return {**checkpoint, "channel_values": values}, [
+            (task, channel, [{**i, "raw": True} for i in value] if channel == "context" else value)
+            for task, channel, value in writes
+        ]
+
+    @migrations.step(2)
+    def tag_everything(m: StepBuilder) -> None:
+        m.raw(tag)
+
+    return migrations
+
+
+def test_raw_step_migrates_whole_checkpoints_and_their_writes(
+    make_sync_saver: Any, sync_client: MongoClient[Any], db_name: str
+) -> None:
+    thread = uuid.uuid4().hex
+    v1_thread_with_failed_run(v1_graph(make_sync_saver()), thread)
+    saver = make_sync_saver(migrations=raw_migrations())
+    history = list(saver.list(cfg(thread)))
+    assert len(history) > 10
+    assert all(t.checkpoint["channel_values"].get("route", "!").endswith("!") for t in history)
+    pending = saver.get_tuple(cfg(thread)).pending_writes
+    assert ("context", [{"text": "doc about one more?", "raw": True}]) in [
+        (c, v) for _, c, v in pending]
+    assert versions_in_db(sync_client, db_name, thread) == {
+        ("checkpoints", 3), ("checkpoint_writes", 3)}
+    again = make_sync_saver(migrations=raw_migrations()).get_tuple(cfg(thread))
+    assert again.checkpoint["channel_values"]["route"] == "CHAT!"
+    assert ("context", [{"text": "doc about one more?", "raw": True}]) in [
+        (c, v) for _, c, v in again.pending_writes]
+
+
+def test_setup_refuses_the_incumbents_ttl_index(
+    sync_client: MongoClient[Any], db_name: str
+) -> None:
+    from langgraph.checkpoint.mongodb import MongoDBSaver
+
+    from mongo_saver import MongoSaverError
+
+    MongoDBSaver(sync_client, db_name=db_name, ttl=3600)  # creates its TTL index
+    with pytest.raises(MongoSaverError, match=r"TTL index 'created_at_1'.*dropIndex"):
+        MongoSaver(sync_client, db_name=db_name).setup()
+    sync_client[db_name]["checkpoints"].drop_index("created_at_1")
+    sync_client[db_name]["checkpoint_writes"].drop_index("created_at_1")
+    MongoSaver(sync_client, db_name=db_name).setup()
