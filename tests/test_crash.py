@@ -15,23 +15,13 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import ops_workers
 import pytest
 from ops_workers import crash_graph, forkserver
-from pymongo import MongoClient
 
 from mongo_saver import MongoSaver
-
-
-@pytest.fixture
-def saver(sync_client: MongoClient[Any], db_name: str) -> Iterator[MongoSaver]:
-    saver = MongoSaver(sync_client, db_name)
-    saver.setup()
-    yield saver
-    sync_client.drop_database(db_name)
 
 
 def _config(thread_id: str) -> dict[str, Any]:

@@ -31,14 +31,6 @@ from mongo_saver import (
 )
 
 
-@pytest.fixture
-def saver(sync_client: MongoClient[Any], db_name: str) -> Iterator[MongoSaver]:
-    saver = MongoSaver(sync_client, db_name)
-    saver.setup()
-    yield saver
-    sync_client.drop_database(db_name)
-
-
 def _config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
