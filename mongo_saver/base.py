@@ -13,7 +13,7 @@ from pymongo.read_preferences import _ServerMode
 from mongo_saver.core import SaverCore, next_version
 from mongo_saver.lease import LEASE_COLLECTION, LeaseRegistry, LeaseState
 from mongo_saver.migrations import SchemaMigrations
-from mongo_saver.values import DEFAULT_FULL_COPY_EVERY
+from mongo_saver.values import DEFAULT_MERGE_EVERY
 
 DEFAULT_WRITE_CONCERN = WriteConcern(w="majority")
 DEFAULT_READ_PREFERENCE = ReadPreference.PRIMARY
@@ -36,7 +36,7 @@ class BaseMongoSaver(BaseCheckpointSaver[str]):
         write_back: bool = True,
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
         read_preference: _ServerMode | None = DEFAULT_READ_PREFERENCE,
-        full_copy_every: int = DEFAULT_FULL_COPY_EVERY,
+        merge_every: int = DEFAULT_MERGE_EVERY,
         cache_size: int = 256,
         size_warning_bytes: int = 50_000,
         spill_bytes: int | None = 1_000_000,
@@ -55,7 +55,7 @@ class BaseMongoSaver(BaseCheckpointSaver[str]):
             writes_collection=writes_collection,
             migrations=migrations,
             write_back=write_back,
-            full_copy_every=full_copy_every,
+            merge_every=merge_every,
             cache_size=cache_size,
             size_warning_bytes=size_warning_bytes,
             spill_bytes=spill_bytes,

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ASCENDING, DESCENDING, IndexModel
-from pymongo.operations import InsertOne, ReplaceOne, UpdateOne
+from pymongo.operations import ReplaceOne, UpdateOne
 
 from mongo_saver import documents as docs_
 from mongo_saver.documents import require_id
@@ -81,7 +81,7 @@ class Target:
     checkpoint_id: str | None
 
 
-def target_of(config: RunnableConfig | None, *, need_thread: bool = True) -> Target:
+def target_of(config: RunnableConfig | None) -> Target:
     """Validate the `configurable` part of a config before any I/O."""
     configurable = (config or {}).get("configurable") or {}
     if "thread_id" not in configurable:
@@ -139,7 +139,7 @@ class SaverCore:
         writes_collection: str,
         migrations: SchemaMigrations | None,
         write_back: bool,
-        full_copy_every: int,
+        merge_every: int,
         cache_size: int,
         size_warning_bytes: int,
         spill_bytes: int | None,
@@ -156,7 +156,7 @@ class SaverCore:
             migrations=migrations,
             write_back=write_back,
         )
-        self.full_copy_every = full_copy_every
+        self.merge_every = merge_every
         self.cache = StateCache(cache_size)
         self.size_warning_bytes = size_warning_bytes
 
@@ -226,7 +226,7 @@ class SaverCore:
             channel_versions=checkpoint["channel_versions"],
             new_versions=new_versions,
             parent=parent_state,
-            full_copy_every=self.full_copy_every,
+            merge_every=self.merge_every,
             schema_version=self.upgrader.current_schema_version,
         )
         identity = {
@@ -895,8 +895,3 @@ class SaverCore:
                 moved_keys = sorted(plan.moves.get((thread_id, ns), (None, set()))[1])
                 yield DeleteMany(self.chunks, {**scope, "key": {"$nin": moved_keys}})
             self.cache.discard_thread(thread_id)
-
-    # --- eager maintenance helpers --------------------------------------------------
-
-    def insert_documents(self, collection: str, documents: Sequence[Document]) -> Plan[None]:
-        yield BulkWrite(collection, [InsertOne(d) for d in documents])

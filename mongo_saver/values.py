@@ -3,15 +3,16 @@
 A checkpoint document carries value entries only for the channels in `new_versions`.
 A list channel that grew by appending (the usual `messages` with `add_messages`, any
 `operator.add` list, or the `_DeltaSnapshot` a `DeltaChannel` writes now and then) is
-stored as just the appended items plus the key of the previous stored value; a full
-copy is written when the chain reaches `full_copy_every` links, so a read never walks
-far and storage grows with what a thread added, not with its length squared. An edited
-list (a removed or replaced item) is always stored in full.
+stored as just the appended items plus the key of the value it extends. Appends merge
+log-structurally (see `append_level`), so a read follows a bounded number of links, the
+bytes a turn writes stay flat and storage grows with what a thread added, not with its
+length squared. An edited list (a removed or replaced item) is always stored in full.
 
 Value entry (inside the checkpoint document that introduced the version)::
 
     {k: key, c: channel, sv: schema version, kind: "full" | "append",
-     t: serializer type, d: bytes, h: CRC-32, prev: key (append), w: 1 (a _DeltaSnapshot)}
+     t: serializer type, d: bytes, h: CRC-32, prev: key (append), l: merge level (append,
+     when not 0), w: 1 (a _DeltaSnapshot)}
 
 A channel whose current version has no stored value (a consumed trigger, a
 `DeltaChannel` between snapshots) is only named in the document's `empty` list.
@@ -38,7 +39,11 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from mongo_saver.documents import blob_key, dump_typed, load_typed, require_name
 from mongo_saver.errors import CorruptDocumentError
 
-DEFAULT_FULL_COPY_EVERY = 64
+DEFAULT_MERGE_EVERY = 16
+FULL = 99
+"""The level of a full copy: never merged into."""
+MAX_LEVEL = 3
+"""Past this merge level a full copy is written (every 16**4 = 65,536 appends by default)."""
 
 
 class _Unknown:
@@ -57,7 +62,10 @@ class StoredChannel:
     key: str
     chain: tuple[str, ...]
     """Keys needed to rebuild the value, base first; just `(key,)` when unknown."""
-    depth: int = 0
+    levels: tuple[int, ...] = ()
+    """The merge level of each `chain` entry (see `append_level`); `FULL` for the base."""
+    lengths: tuple[int, ...] = ()
+    """The list's length once each `chain` entry is applied."""
     items: tuple[Any, ...] | None = None
     """The items of a list value (or of a `_DeltaSnapshot`'s list), for append detection."""
     stale: bool = False
@@ -187,6 +195,26 @@ def _extends(old: tuple[Any, ...], new: list[Any]) -> bool:
     return all(a is b or a == b for a, b in zip(old, new, strict=False))
 
 
+def append_level(levels: tuple[int, ...], merge_every: int) -> tuple[int, int]:
+    """The merge level of the next append to a chain, and how much of the chain it keeps.
+
+    Appends are log-structured: `merge_every` appends in a row at level 0 are replaced
+    by one level-1 append holding all their items (written once, referring to what came
+    before them), `merge_every` level-1 appends by one level-2 append, and so on. Each
+    item is rewritten once per level, so the bytes a turn writes stay flat as a thread
+    grows, and a read follows at most `merge_every` links per level.
+    """
+    level, cut = 0, len(levels)
+    while True:
+        run = 0
+        while run < cut and levels[cut - 1 - run] == level:
+            run += 1
+        if run < merge_every:
+            return level, cut
+        cut -= run
+        level += 1
+
+
 @dataclass
 class PlannedValues:
     entries: list[dict[str, Any]]
@@ -206,7 +234,7 @@ def plan_values(
     channel_versions: ChannelVersions,
     new_versions: ChannelVersions,
     parent: ChannelState | None,
-    full_copy_every: int,
+    merge_every: int,
     schema_version: int,
 ) -> PlannedValues:
     """What a `put` stores for its channel values, given what the parent stored."""
@@ -243,21 +271,25 @@ def plan_values(
             items is not None
             and base is not None
             and base.items is not None
+            and base.lengths
             and not base.stale
-            and base.depth < full_copy_every
             and _extends(base.items, items)
         ):
-            payload = dump_typed(serde, items[len(base.items) :], what)
-            entry = {"k": key, "c": channel, "sv": schema_version, "kind": "append",
-                     "prev": base.key, **payload}
-            if snapshot:
-                entry["w"] = 1
-            entries.append(entry)
-            state[channel] = StoredChannel(
-                version, key, (*base.chain, key), base.depth + 1, tuple(items),
-                snapshot=snapshot,
-            )
-            continue
+            level, cut = append_level(base.levels, merge_every)
+            if level <= MAX_LEVEL:
+                payload = dump_typed(serde, items[base.lengths[cut - 1] :], what)
+                entry = {"k": key, "c": channel, "sv": schema_version, "kind": "append",
+                         "prev": base.chain[cut - 1], **payload}
+                if level:
+                    entry["l"] = level
+                if snapshot:
+                    entry["w"] = 1
+                entries.append(entry)
+                state[channel] = StoredChannel(
+                    version, key, (*base.chain[:cut], key), (*base.levels[:cut], level),
+                    (*base.lengths[:cut], len(items)), tuple(items), snapshot=snapshot,
+                )
+                continue
         entry, state[channel] = full_entry(
             serde, channel, key, value, what, schema_version, version
         )
@@ -288,6 +320,8 @@ def full_entry(
         version,
         key,
         (key,),
+        (FULL,),
+        (len(items),) if items is not None else (),
         items=tuple(items) if items is not None else None,
         scalar=value if isinstance(value, IMMUTABLE_TYPES) else UNKNOWN,
         snapshot=snapshot,
@@ -376,12 +410,14 @@ def _build(
     what = f"channel {channel!r} at version {version!r}"
     if held is not None:  # the chain reached a value this process holds
         value, at, name = held.known_value(), schema_version, channel
-        chain = held.chain
+        chain, levels, lengths = held.chain, held.levels, held.lengths
     else:
         base, links = links[0], links[1:]
         value = load_typed(serde, base, what)
         at, name = base.get("sv", schema_version), base["c"]
-        chain = (base["k"],)
+        base_items, _ = list_items(value)
+        chain, levels = (base["k"],), (FULL,)
+        lengths = (len(base_items),) if base_items is not None else ()
     if links:
         items, _ = list_items(value)
         if items is None:
@@ -394,14 +430,15 @@ def _build(
         if link_sv > at:
             (name, value), at = lift(name, value, at, link_sv), link_sv
         value = [*value, *load_typed(serde, link, what)]
-        chain += (link["k"],)
+        chain, levels = (*chain, link["k"]), (*levels, link.get("l", 0))
+        lengths = (*lengths, len(value))
     if links and links[-1].get("w"):
         value = _DeltaSnapshot(value)
     if at < schema_version:
         name, value = lift(name, value, at, schema_version)
     items, snapshot = list_items(value)
     stored = StoredChannel(
-        version, key, chain, len(chain) - 1,
+        version, key, chain, levels, lengths,
         tuple(items) if items is not None else None,
         scalar=value if isinstance(value, IMMUTABLE_TYPES) else UNKNOWN, snapshot=snapshot,
     )
