@@ -474,7 +474,9 @@ class SaverCore:
         if target.checkpoint_id is not None:
             match["checkpoint_id"] = target.checkpoint_id
         known, skip = self._known(match)
-        pipeline = self.read_pipeline(match, 1, skip, prefetch_delta=True)
+        # Only threads known to use DeltaChannels pay for fetching their history ahead.
+        prefetch = self.cache.has_delta_channels(target.thread_id, target.checkpoint_ns)
+        pipeline = self.read_pipeline(match, 1, skip, prefetch_delta=prefetch)
         found = yield Aggregate(self.checkpoints, pipeline)
         if not found:
             return None

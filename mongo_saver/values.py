@@ -122,6 +122,7 @@ class StateCache:
         self._latest: OrderedDict[Any, ChannelState] = OrderedDict()
         self._seeds: OrderedDict[Any, dict[str, str]] = OrderedDict()
         self._prefetched: OrderedDict[Any, Any] = OrderedDict()
+        self._delta_scopes: OrderedDict[Any, bool] = OrderedDict()
         self._lock = threading.Lock()
 
     def seeds(self, key: tuple[str, str, str]) -> dict[str, str] | None:
@@ -132,6 +133,12 @@ class StateCache:
     def put_seeds(self, key: tuple[str, str, str], seeds: dict[str, str]) -> None:
         with self._lock:
             self._bounded(self._seeds, key, seeds)
+            self._bounded(self._delta_scopes, key[:2], True)
+
+    def has_delta_channels(self, thread_id: str, checkpoint_ns: str) -> bool:
+        """Whether this process has seen `DeltaChannel` bookkeeping in a thread namespace."""
+        with self._lock:
+            return (thread_id, checkpoint_ns) in self._delta_scopes
 
     def prefetch(self, key: tuple[str, str, str], data: Any) -> None:
         """Keep what a read fetched ahead for the history call LangGraph makes next."""
@@ -175,7 +182,8 @@ class StateCache:
 
     def discard_thread(self, thread_id: str) -> None:
         with self._lock:
-            for entries in (self._entries, self._latest, self._seeds, self._prefetched):
+            for entries in (self._entries, self._latest, self._seeds, self._prefetched,
+                            self._delta_scopes):
                 for k in [k for k in entries if k[0] == thread_id]:
                     del entries[k]
 
