@@ -337,14 +337,17 @@ def threads(
     prefix: Annotated[
         str | None, typer.Option("--prefix", help="Only threads whose id starts with this.")
     ] = None,
+    largest: Annotated[
+        bool, typer.Option("--largest", help="Biggest threads first (stored bytes).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recently active threads: checkpoints, writes, size, schema versions, last activity."""
+    """Recently active (or largest) threads: checkpoints, writes, size, versions, activity."""
     with _session(ctx) as s:
         database = s.database()
         with _spinner("Reading threads..."):
             groups = list(database[s.checkpoint_collection].aggregate(
-                insp.threads_pipeline(limit, prefix)))
+                insp.threads_pipeline(limit, prefix, largest)))
             writes = list(database[s.writes_collection].aggregate(
                 insp.thread_writes_pipeline([g["_id"] for g in groups]))) if groups else []
         rows = insp.thread_rows(groups, writes)
@@ -355,7 +358,8 @@ def threads(
     if not rows:
         console.print(f"No threads in {s.db}.{s.checkpoint_collection}.")
         return
-    table = Table(title=f"Threads in {s.db}.{s.checkpoint_collection} (most recent first)")
+    order = "largest first" if largest else "most recent first"
+    table = Table(title=f"Threads in {s.db}.{s.checkpoint_collection} ({order})")
     table.add_column("thread", overflow="fold")
     table.add_column("checkpoints", justify="right")
     table.add_column("writes", justify="right")

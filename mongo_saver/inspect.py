@@ -37,8 +37,10 @@ def is_internal_channel(channel: str) -> bool:
 # --- threads -------------------------------------------------------------------------------
 
 
-def threads_pipeline(limit: int, thread_prefix: str | None = None) -> list[Document]:
-    """One row per thread, most recently active first (checkpoints collection)."""
+def threads_pipeline(
+    limit: int, thread_prefix: str | None = None, largest: bool = False
+) -> list[Document]:
+    """One row per thread, most recently active (or, with `largest`, biggest) first."""
     pipeline: list[Document] = []
     if thread_prefix:
         pipeline.append({"$match": {"thread_id": {"$regex": "^" + _regex_escape(thread_prefix)}}})
@@ -54,7 +56,8 @@ def threads_pipeline(limit: int, thread_prefix: str | None = None) -> list[Docum
             "latest_checkpoint_id": {"$max": "$checkpoint_id"},
         }},
         # checkpoint ids are time-ordered, so they break ties and cover legacy documents
-        {"$sort": {"last_activity": -1, "latest_checkpoint_id": -1}},
+        {"$sort": {"size": -1, "latest_checkpoint_id": -1} if largest
+         else {"last_activity": -1, "latest_checkpoint_id": -1}},
         {"$limit": int(limit)},
     ]
     return pipeline

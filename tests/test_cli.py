@@ -132,6 +132,10 @@ def test_threads(populated: dict[str, Any]) -> None:
     assert [r["thread_id"] for r in limited] == [OTHER]
     prefixed = ok_json(run(uri, db, "threads", "--prefix", "cli-t", "--json"))
     assert [r["thread_id"] for r in prefixed] == [THREAD]
+    largest = ok_json(run(uri, db, "threads", "--largest", "--json"))
+    assert [r["thread_id"] for r in largest] == [THREAD, OTHER]  # two runs outweigh one
+    assert largest[0]["size_bytes"] > largest[1]["size_bytes"]
+    assert "largest first" in run(uri, db, "threads", "--largest").stdout
 
 
 def test_threads_on_empty_database(mongodb_uri: str, db_name: str) -> None:
