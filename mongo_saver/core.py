@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.errors import OperationFailure
 from pymongo.operations import ReplaceOne, UpdateOne
 
 from mongo_saver import documents as docs_
@@ -54,7 +55,7 @@ from mongo_saver.ops import (
     UpdateOne_,
 )
 from mongo_saver.removal import DELTA_COUNTERS, RemovalPlan, plan_removal
-from mongo_saver.spill import CHUNK_IDENTITY, check_size, fill, spill
+from mongo_saver.spill import CHUNK_IDENTITY, check_size, fill, spill, spill_to_fit
 from mongo_saver.spill import write_key as spill_write_key
 from mongo_saver.upgrade import DocumentUpgrader
 from mongo_saver.values import (
@@ -126,6 +127,15 @@ SKELETON = {"_id": 0, "checkpoint_id": 1, "parent_checkpoint_id": 1, "schema_ver
             "checkpoint.channel_versions": 1, "values.k": 1, "values.kind": 1,
             "heads": 1, "empty": 1}
 """The fields a walk along the parent chain reads."""
+
+
+_TOO_LARGE_CODES = frozenset({10334, 17419, 4568})
+
+
+def reply_too_large(error: OperationFailure) -> bool:
+    """Whether the server refused a reply document over its 16 MB limit."""
+    text = str(error).lower()
+    return error.code in _TOO_LARGE_CODES and ("size" in text or "large" in text)
 
 
 class SaverCore:
@@ -263,11 +273,8 @@ class SaverCore:
             doc["delta_from"] = min(starts.values())
             doc["delta"] = [{"c": ch, "from": start} for ch, start in starts.items()]
         scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
-        chunks = [
-            chunk
-            for entry in planned.entries
-            for chunk in spill(entry, scope=scope, key=entry["k"], limit=self.spill_bytes)
-        ]
+        chunks = spill_to_fit(planned.entries, scope=scope, limit=self.spill_bytes,
+                              size=len(bson.encode(doc)))
         doc["size"] = len(bson.encode(doc)) + sum(len(c["d"]) for c in chunks)
         check_size(doc["size"] - sum(len(c["d"]) for c in chunks),
                    f"checkpoint {checkpoint_id} of thread {target.thread_id!r}",
@@ -477,10 +484,46 @@ class SaverCore:
         # Only threads known to use DeltaChannels pay for fetching their history ahead.
         prefetch = self.cache.has_delta_channels(target.thread_id, target.checkpoint_ns)
         pipeline = self.read_pipeline(match, 1, skip, prefetch_delta=prefetch)
-        found = yield Aggregate(self.checkpoints, pipeline)
+        try:
+            found = yield Aggregate(self.checkpoints, pipeline)
+        except OperationFailure as error:
+            if not reply_too_large(error):
+                raise
+            found = yield from self.read_in_parts(match, 1, skip)
         if not found:
             return None
         return (yield from self.tuple_from_document(found[0], known))
+
+    def read_in_parts(
+        self, match: Mapping[str, Any], limit: int, skip: Sequence[str] = ()
+    ) -> Plan[list[Document]]:
+        """What `read_pipeline` returns, assembled from queries whose replies stay small.
+
+        The fallback for a checkpoint whose values from other documents add up past
+        MongoDB's 16 MB reply-document limit: the checkpoints themselves, then the value
+        entries they need one entry per result document, then their writes.
+        """
+        found = yield Find(self.checkpoints, match, sort=[("checkpoint_id", DESCENDING)],
+                           limit=limit)
+        for doc in found:
+            scope = {"thread_id": doc["thread_id"], "checkpoint_ns": doc["checkpoint_ns"]}
+            keys = sorted(set(doc.get("blob_keys") or ()) - set(skip))
+            entries: list[Document] = []
+            if keys:
+                cursor = yield OpenCursor(Aggregate(self.checkpoints, [
+                    {"$match": {**scope, "values.k": {"$in": keys}}},
+                    {"$unwind": "$values"},
+                    {"$match": {"values.k": {"$in": keys}}},
+                    {"$replaceRoot": {"newRoot": "$values"}},
+                ]), STREAM_BATCH)
+                while batch := (yield NextBatch(cursor, STREAM_BATCH)):
+                    entries += batch
+            doc["blob_docs"] = [{"values": entries}]
+            doc["pending"] = yield Find(
+                self.writes, {**scope, "checkpoint_id": doc["checkpoint_id"]},
+                sort=[("task_path", ASCENDING), ("task_id", ASCENDING), ("idx", ASCENDING)],
+            )
+        return list(found)
 
     def list_checkpoints(
         self,
@@ -522,10 +565,25 @@ class SaverCore:
         batch = min(limit + 1, STREAM_BATCH) if limit else STREAM_BATCH
         known, skip = self._known(match)
         pipeline = self.read_pipeline(match, limit, skip)
-        cursor = yield OpenCursor(Aggregate(self.checkpoints, pipeline), batch)
-        while found := (yield NextBatch(cursor, batch)):
-            for doc in found:
-                yield Emit((yield from self.tuple_from_document(doc, known)))
+        emitted, last = 0, None
+        try:
+            cursor = yield OpenCursor(Aggregate(self.checkpoints, pipeline), batch)
+            while found := (yield NextBatch(cursor, batch)):
+                for doc in found:
+                    yield Emit((yield from self.tuple_from_document(doc, known)))
+                    emitted, last = emitted + 1, doc["checkpoint_id"]
+        except OperationFailure as error:
+            if not reply_too_large(error):
+                raise
+            # Go on one checkpoint at a time from where the stream stopped.
+            while limit is None or emitted < limit:
+                rest = match if last is None else {
+                    "$and": [match, {"checkpoint_id": {"$lt": last}}]}
+                found = yield from self.read_in_parts(rest, 1, skip)
+                if not found:
+                    return
+                yield Emit((yield from self.tuple_from_document(found[0], known)))
+                emitted, last = emitted + 1, found[0]["checkpoint_id"]
 
     def tuple_from_document(
         self, stored: Document, known: Mapping[str, StoredChannel] | None = None

@@ -68,18 +68,22 @@ class SyncRunner:
         cursors: list[Any] = []
         try:
             result: Any = None
+            error: Exception | None = None
             while True:
                 try:
-                    op = plan.send(result)
+                    op = plan.send(result) if error is None else plan.throw(error)
                 except StopIteration as stop:
                     if box is not None:
                         box.append(stop.value)
                     return
+                result, error = None, None
                 if isinstance(op, Emit):
-                    result = None
                     yield op.item
-                else:
+                    continue
+                try:  # a failed operation is raised inside the plan, which may recover
                     result = self._execute(op, cursors)
+                except Exception as exc:
+                    error = exc
         finally:
             plan.close()
             for cursor in cursors:
@@ -155,18 +159,22 @@ class AsyncRunner:
         cursors: list[Any] = []
         try:
             result: Any = None
+            error: Exception | None = None
             while True:
                 try:
-                    op = plan.send(result)
+                    op = plan.send(result) if error is None else plan.throw(error)
                 except StopIteration as stop:
                     if box is not None:
                         box.append(stop.value)
                     return
+                result, error = None, None
                 if isinstance(op, Emit):
-                    result = None
                     yield op.item
-                else:
+                    continue
+                try:  # a failed operation is raised inside the plan, which may recover
                     result = await self._execute(op, cursors)
+                except Exception as exc:
+                    error = exc
         finally:
             plan.close()
             for cursor in cursors:

@@ -22,6 +22,9 @@ CHUNK_BYTES = 4 * 1024 * 1024
 CHUNK_IDENTITY = ("thread_id", "checkpoint_ns", "key", "n")
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """MongoDB's BSON document limit."""
+DOCUMENT_BUDGET = 8 * 1024 * 1024
+"""What a checkpoint keeps inline at most, so that a read bringing its entries together
+with some from other documents usually fits one reply."""
 
 
 def spill(
@@ -36,6 +39,32 @@ def spill(
     payload["spill"] = len(pieces)
     payload["len"] = len(data)
     return [{**scope, "key": key, "n": n, "d": piece} for n, piece in enumerate(pieces)]
+
+
+def spill_to_fit(
+    entries: Iterable[dict[str, Any]],
+    *,
+    scope: Mapping[str, str],
+    limit: int | None,
+    size: int,
+) -> list[Document]:
+    """Spill entries over `limit`, then the largest others until the document, `size`
+    bytes as built, keeps at most `DOCUMENT_BUDGET` inline; return the chunks."""
+    if limit is None:
+        return []
+    entries = list(entries)
+    chunks = []
+    for entry in sorted(entries, key=lambda e: len(e.get("d", b"")), reverse=True):
+        data = entry.get("d")
+        if data is None:
+            continue
+        over_budget = size > DOCUMENT_BUDGET
+        spilled = spill(entry, scope=scope, key=entry["k"], limit=0 if over_budget else limit)
+        if not spilled:
+            break  # sorted by size: nothing smaller is over the limit either
+        chunks += spilled
+        size -= len(data)
+    return chunks
 
 
 def write_key(doc: Mapping[str, Any]) -> str:
