@@ -124,18 +124,7 @@ def assistant_v1(state: StateV1) -> dict[str, Any]:
 
 
 def build_v1(saver: MongoSaver) -> Any:
-    builder = StateGraph(StateV1)
-    builder.add_node("router", router_v1)
-    builder.add_node("retrieve", retrieve_v1)
-    builder.add_node("assistant", assistant_v1)
-    builder.add_edge(START, "router")
-    builder.add_conditional_edges(
-        "router", lambda s: "retrieve" if s["route"] == "search" else "assistant",
-        ["retrieve", "assistant"],
-    )
-    builder.add_edge("retrieve", "assistant")
-    builder.add_edge("assistant", END)
-    return builder.compile(checkpointer=saver)
+    return _build(saver, StateV1, router_v1, retrieve_v1, assistant_v1, search_route="search")
 
 
 # --- the agent, schema v2 ------------------------------------------------------------------
@@ -172,13 +161,21 @@ def assistant_v2(state: StateV2) -> dict[str, Any]:
 
 
 def build_v2(saver: MongoSaver) -> Any:
-    builder = StateGraph(StateV2)
-    builder.add_node("router", router_v2)
-    builder.add_node("retrieve", retrieve_v2)
-    builder.add_node("assistant", assistant_v2)
+    return _build(saver, StateV2, router_v2, retrieve_v2, assistant_v2, search_route="SEARCH")
+
+
+def _build(
+    saver: MongoSaver, state: type, router: Any, retrieve: Any, assistant: Any,
+    *, search_route: str,
+) -> Any:
+    """The same graph in both versions (so a run can resume across the deploy)."""
+    builder: StateGraph[Any] = StateGraph(state)
+    builder.add_node("router", router)
+    builder.add_node("retrieve", retrieve)
+    builder.add_node("assistant", assistant)
     builder.add_edge(START, "router")
     builder.add_conditional_edges(
-        "router", lambda s: "retrieve" if s["route"] == "SEARCH" else "assistant",
+        "router", lambda s: "retrieve" if s["route"] == search_route else "assistant",
         ["retrieve", "assistant"],
     )
     builder.add_edge("retrieve", "assistant")
