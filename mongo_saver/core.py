@@ -417,7 +417,7 @@ class SaverCore:
                     {"$sort": {"task_path": 1, "task_id": 1, "idx": 1}},
                     {"$project": {"checkpoint_id": 1, "task_id": 1, "channel": 1, "value": 1,
                                   "type": 1,
-                                  "task_path": 1, "idx": 1, "format": 1,
+                                  "task_path": 1, "idx": 1, "batch": 1, "of": 1, "format": 1,
                                   "schema_version": 1}},
                 ],
                 "as": "pending",
@@ -589,6 +589,7 @@ class SaverCore:
         self, stored: Document, known: Mapping[str, StoredChannel] | None = None
     ) -> Plan[CheckpointTuple]:
         """Decode one aggregated checkpoint; upgrade (and write back) an old one."""
+        stored = {**stored, "pending": docs_.complete_writes(stored.get("pending") or [])}
         up = self.upgrader
         doc, was_legacy = up.normalize(stored)
         entries = {e["k"]: e for e in holder_entries(doc)}
@@ -745,6 +746,8 @@ class SaverCore:
         found = yield Aggregate(self.writes, pipeline)
         ctx = MigrationContext(target.thread_id, target.checkpoint_id or "(latest)")
         entries = {e["k"]: e for d in found if "blob_docs" in d for e in holder_entries(d)}
+        found = [*docs_.complete_writes([d for d in found if "blob_docs" not in d]),
+                 *(d for d in found if "blob_docs" in d)]
         yield from fill(self.chunks, scope, [
             *((spill_write_key(d), d["value"]) for d in found
               if "blob_docs" not in d and isinstance(d.get("value"), dict)),
@@ -798,7 +801,7 @@ class SaverCore:
         if not settled or any(k not in known for k in walk.seed_keys.values()):
             return None
         scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
-        writes = [d for d in writes if d["channel"] in channels]
+        writes = [d for d in docs_.complete_writes(writes) if d["channel"] in channels]
         yield from fill(self.chunks, scope, [
             (spill_write_key(d), d["value"]) for d in writes if isinstance(d.get("value"), dict)
         ])

@@ -21,6 +21,7 @@ never reach MongoDB's query language.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -324,6 +325,7 @@ def write_documents(
     require_id("task_id", task_id)
     require_id("task_path", task_path, allow_empty=True)
     now = utcnow()
+    batch = write_batch_id(task_id, task_path, [channel for channel, _ in writes])
     docs = []
     for position, (channel, value) in enumerate(writes):
         require_name("channel", channel)
@@ -340,12 +342,43 @@ def write_documents(
                 "idx": write_index(channel, position),
                 "channel": channel,
                 "value": payload,
+                "batch": batch,
+                "of": len(writes),
                 "format": FORMAT_VERSION,
                 "schema_version": schema_version,
                 "created_at": now,
             }
         )
     return docs
+
+
+def write_batch_id(task_id: str, task_path: str, channels: Sequence[str]) -> str:
+    """Names one `put_writes` call, the same when a failed call is retried."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in (task_id, task_path, *channels):
+        digest.update(part.encode() + b"\x00")
+    return digest.hexdigest()
+
+
+def complete_writes(docs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The write documents of `put_writes` calls that were stored whole.
+
+    One call's writes go out in one unordered bulk write, which MongoDB does not apply
+    atomically: a connection lost half-way can leave some of them stored. LangGraph takes
+    any stored write of a task as that task having finished, so a partial batch would skip
+    the task on resume and lose the rest of its output. Hiding incomplete batches makes
+    LangGraph run the task again instead (and a retried call completes the batch).
+    """
+    counts: dict[tuple[Any, ...], int] = {}
+    for doc in docs:
+        if "batch" in doc:
+            key = (doc["checkpoint_id"], doc["task_id"], doc["batch"])
+            counts[key] = counts.get(key, 0) + 1
+    return [
+        doc for doc in docs
+        if "batch" not in doc
+        or counts[(doc["checkpoint_id"], doc["task_id"], doc["batch"])] >= doc["of"]
+    ]
 
 
 WRITE_IDENTITY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_path", "task_id", "idx")

@@ -205,3 +205,46 @@ def test_subgraph_checkpoints_carry_their_namespace(saver: Any) -> None:
     namespaces = {t.config["configurable"]["checkpoint_ns"] for t in saver.list(cfg)}
     assert "" in namespaces and any(ns.startswith("sub:") for ns in namespaces)
     assert graph.invoke(Command(resume=True), cfg)["bar"] == ["inner", "after"]
+
+
+class TwoChannelState(TypedDict):
+    results: Annotated[list[str], operator.add]
+    notes: Annotated[list[str], operator.add]
+
+
+def test_a_partially_stored_task_is_run_again_not_half_applied(
+    saver: Any, sync_client: Any, db_name: str
+) -> None:
+    """A connection lost in the middle of put_writes can store some of a task's writes.
+    LangGraph treats a task with stored writes as done, so those must stay hidden until
+    the batch is whole: the task then runs again and nothing is lost."""
+    calls = {"good": 0}
+    should_fail = [True]
+
+    def good(state: TwoChannelState) -> dict[str, Any]:
+        calls["good"] += 1
+        return {"results": ["good"], "notes": ["from good"]}
+
+    def bad(state: TwoChannelState) -> dict[str, Any]:
+        if should_fail[0]:
+            raise ValueError("bad node failed")
+        return {"results": ["bad"]}
+
+    builder = StateGraph(TwoChannelState)
+    builder.add_node("good", good)
+    builder.add_node("bad", bad)
+    builder.add_edge(START, "good")
+    builder.add_edge(START, "bad")
+    graph = builder.compile(checkpointer=saver)
+    cfg = config()
+    with pytest.raises(ValueError):
+        graph.invoke({"results": [], "notes": []}, cfg)
+    writes = sync_client[db_name]["checkpoint_writes"]
+    lost = writes.find_one({"thread_id": cfg["configurable"]["thread_id"], "channel": "notes",
+                            "task_path": {"$regex": "good"}})
+    writes.delete_one({"_id": lost["_id"]})  # as if the connection dropped half-way
+    should_fail[0] = False
+    fresh = type(saver)(sync_client, db_name=db_name)
+    result = builder.compile(checkpointer=fresh).invoke(None, cfg)
+    assert sorted(result["results"]) == ["bad", "good"] and result["notes"] == ["from good"]
+    assert calls["good"] == 2
