@@ -734,8 +734,8 @@ class SaverCore:
         names = sorted({n for ch in channels
                         for n in self.upgrader.migrations.historical_names(ch, 1)})
         pipeline: list[Document] = [
-            {"$match": {**scope, "checkpoint_id": {"$in": walk.path_ids()},
-                        "channel": {"$in": names}}},
+            # Every channel: a batch is only known whole when all its writes are counted.
+            {"$match": {**scope, "checkpoint_id": {"$in": walk.path_ids()}}},
             {"$sort": {"checkpoint_id": 1, "task_path": 1, "task_id": 1, "idx": 1}},
         ]
         if wanted_keys:
@@ -746,7 +746,8 @@ class SaverCore:
         found = yield Aggregate(self.writes, pipeline)
         ctx = MigrationContext(target.thread_id, target.checkpoint_id or "(latest)")
         entries = {e["k"]: e for d in found if "blob_docs" in d for e in holder_entries(d)}
-        found = [*docs_.complete_writes([d for d in found if "blob_docs" not in d]),
+        found = [*(d for d in docs_.complete_writes([d for d in found if "blob_docs" not in d])
+                   if d["channel"] in names),
                  *(d for d in found if "blob_docs" in d)]
         yield from fill(self.chunks, scope, [
             *((spill_write_key(d), d["value"]) for d in found
