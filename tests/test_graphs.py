@@ -248,3 +248,41 @@ def test_a_partially_stored_task_is_run_again_not_half_applied(
     result = builder.compile(checkpointer=fresh).invoke(None, cfg)
     assert sorted(result["results"]) == ["bad", "good"] and result["notes"] == ["from good"]
     assert calls["good"] == 2
+
+
+def test_async_saver_serves_the_blocking_api_from_another_thread(mongodb_uri: str,
+                                                                  db_name: str) -> None:
+    """LangGraph's sync API may be handed an async saver: its blocking methods run on the
+    saver's event loop from other threads, and refuse clearly on the loop itself."""
+    import asyncio
+    import threading
+
+    from pymongo import AsyncMongoClient
+
+    from mongo_saver import AsyncMongoSaver, MongoSaverError
+
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+
+    async def make() -> AsyncMongoSaver:
+        saver = AsyncMongoSaver(AsyncMongoClient(mongodb_uri), db_name=db_name)
+        await saver.setup()
+        return saver
+
+    saver = asyncio.run_coroutine_threadsafe(make(), loop).result(30)
+    try:
+        graph = two_step_graph(saver)
+        cfg = config()
+        assert graph.invoke({"foo": "", "bar": []}, cfg) == {"foo": "b", "bar": ["a", "b"]}
+        assert [s.metadata["step"] for s in graph.get_state_history(cfg)] == [2, 1, 0, -1]
+
+        async def blocking_call_on_the_loop() -> None:
+            saver.get_tuple(cfg)
+
+        with pytest.raises(MongoSaverError, match="another thread"):
+            asyncio.run_coroutine_threadsafe(blocking_call_on_the_loop(), loop).result(30)
+    finally:
+        asyncio.run_coroutine_threadsafe(saver.client.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
