@@ -286,3 +286,21 @@ def test_async_saver_serves_the_blocking_api_from_another_thread(mongodb_uri: st
         asyncio.run_coroutine_threadsafe(saver.client.close(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         runner.join(10)
+
+
+def test_close_never_closes_a_client_the_caller_owns(mongodb_uri: str, db_name: str) -> None:
+    from pymongo import MongoClient
+    from pymongo.errors import InvalidOperation
+
+    from mongo_saver import MongoSaver
+
+    client: MongoClient[Any] = MongoClient(mongodb_uri)
+    try:
+        MongoSaver(client, db_name=db_name).close()
+        client.admin.command("ping")  # still open
+    finally:
+        client.close()
+    with MongoSaver.from_conn_string(mongodb_uri, db_name=db_name) as owned:
+        owned.setup()
+    with pytest.raises(InvalidOperation):
+        owned.client.admin.command("ping")  # the saver closed the client it opened
