@@ -273,12 +273,13 @@ class SaverCore:
             doc["delta_from"] = min(starts.values())
             doc["delta"] = [{"c": ch, "from": start} for ch, start in starts.items()]
         scope = {"thread_id": target.thread_id, "checkpoint_ns": target.checkpoint_ns}
-        chunks = spill_to_fit(planned.entries, scope=scope, limit=self.spill_bytes,
-                              size=len(bson.encode(doc)))
-        doc["size"] = len(bson.encode(doc)) + sum(len(c["d"]) for c in chunks)
-        check_size(doc["size"] - sum(len(c["d"]) for c in chunks),
-                   f"checkpoint {checkpoint_id} of thread {target.thread_id!r}",
+        inline = len(bson.encode(doc))
+        chunks = spill_to_fit(planned.entries, scope=scope, limit=self.spill_bytes, size=inline)
+        if chunks:  # encode again only when spilling changed the document
+            inline = len(bson.encode(doc))
+        check_size(inline, f"checkpoint {checkpoint_id} of thread {target.thread_id!r}",
                    ((len(e.get("d", b"")), e["c"]) for e in planned.entries))
+        doc["size"] = inline + sum(len(c["d"]) for c in chunks)
         self._warn_if_large(doc)
         if chunks:
             yield from self._store_chunks(chunks, checkpoint_id)

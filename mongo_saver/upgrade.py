@@ -143,9 +143,7 @@ class DocumentUpgrader:
 
     def write(self, doc: Mapping[str, Any], ctx: MigrationContext) -> PendingWrite | None:
         """One stored pending write at the current schema; None if a migration dropped it."""
-        stored = legacy.convert_write(self.serde, doc) if legacy.is_legacy_write(doc) else doc
-        task_id, channel, value = docs_.write_from_document(self.serde, stored)
-        version = stored.get("schema_version", 1)
+        task_id, channel, value, version = self._decode_write(doc)
         if version < self.current_schema_version:
             if self.migrations.crosses_raw(version):
                 raise MigrationError(
